@@ -1,0 +1,114 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BackupPhase summarises the conditions of a Backup.
+// +kubebuilder:validation:Enum=Pending;Ready;Failed
+type BackupPhase string
+
+const (
+	BackupPending BackupPhase = "Pending"
+	BackupReady   BackupPhase = "Ready"
+	BackupFailed  BackupPhase = "Failed"
+)
+
+// BackupSpec describes one backup artifact. It is immutable once created.
+type BackupSpec struct {
+	// applicationRef is the application the backup was taken of.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="size(self.name) > 0 && size(self.name) <= 253",message="applicationRef.name must be 1-253 characters"
+	// +kubebuilder:validation:XValidation:rule="size(self.kind) > 0 && size(self.kind) <= 63",message="applicationRef.kind must be 1-63 characters"
+	// +kubebuilder:validation:XValidation:rule="!has(self.apiGroup) || size(self.apiGroup) <= 253",message="applicationRef.apiGroup must be at most 253 characters"
+	ApplicationRef corev1.TypedLocalObjectReference `json:"applicationRef"`
+
+	// planRef is the Plan whose run produced this backup, if any.
+	// +optional
+	PlanRef *corev1.LocalObjectReference `json:"planRef,omitempty"`
+
+	// strategyRef is the strategy resolved from the BackupClass when the backup was taken. Its
+	// apiGroup names the driver that owns the backup (restores and deletion).
+	// +required
+	// +kubebuilder:validation:XValidation:rule="has(self.apiGroup) && size(self.apiGroup) > 0 && size(self.apiGroup) <= 253",message="strategyRef.apiGroup is required: it names the driver"
+	// +kubebuilder:validation:XValidation:rule="size(self.kind) > 0 && size(self.kind) <= 63",message="strategyRef.kind must be 1-63 characters"
+	// +kubebuilder:validation:XValidation:rule="size(self.name) > 0 && size(self.name) <= 253",message="strategyRef.name must be 1-253 characters"
+	StrategyRef corev1.TypedLocalObjectReference `json:"strategyRef"`
+
+	// takenAt is when the backup was taken.
+	// +required
+	TakenAt metav1.Time `json:"takenAt"`
+
+	// driverMetadata is opaque to core: what the driver needs to find the artifact again.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	DriverMetadata map[string]string `json:"driverMetadata,omitempty"`
+}
+
+// BackupArtifact describes the stored artifact.
+type BackupArtifact struct {
+	// uri locates the artifact, e.g. s3://bucket/prefix/backups/name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	URI string `json:"uri"`
+
+	// sizeBytes is the size of the artifact in bytes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+
+	// checksum is the digest of the artifact, "sha256:" followed by 64 lower-case hex digits.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	Checksum string `json:"checksum,omitempty"`
+}
+
+// BackupStatus is written by the owning driver.
+type BackupStatus struct {
+	// phase is Pending, Ready or Failed.
+	// +optional
+	Phase BackupPhase `json:"phase,omitempty"`
+
+	// artifact describes the stored object.
+	// +optional
+	Artifact *BackupArtifact `json:"artifact,omitempty"`
+
+	// conditions: ArtifactAvailable and PartiallyFailed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Backup is one backup artifact of an application: a stable thing to list and restore from. It
+// carries no ownerReference to the BackupJob that made it; deleting it runs the owning driver's
+// finalizer, which deletes the artifact.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=backups
+// +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.spec.applicationRef.name`
+// +kubebuilder:printcolumn:name="Taken",type=date,JSONPath=`.spec.takenAt`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.artifact.sizeBytes`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Backup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BackupSpec `json:"spec"`
+	// +optional
+	Status BackupStatus `json:"status,omitempty"`
+}
+
+// BackupList is a list of Backups.
+// +kubebuilder:object:root=true
+type BackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Backup `json:"items"`
+}

@@ -1,0 +1,76 @@
+package v1alpha1
+
+// Condition types of the core kinds. Each reason is UpperCamel, as the API server requires.
+const (
+	// ConditionReady on a Plan is True while its schedule is valid and it is scheduling. On a
+	// BackupJob or RestoreJob it is True once the run Succeeded and False once it Failed.
+	ConditionReady = "Ready"
+
+	// ConditionAccepted on a BackupJob or RestoreJob is True once a driver claimed it. Core sets it
+	// False with ReasonNoDriverClaimed when no driver claimed it in time; the run is not failed,
+	// since a driver installed later may still take it.
+	ConditionAccepted = "Accepted"
+
+	// ConditionTickSkipped on a Plan is True after a tick did not fire (missed past
+	// startingDeadlineSeconds, or forbidden by the concurrency policy); its message says which.
+	ConditionTickSkipped = "TickSkipped"
+
+	// ConditionArtifactAvailable on a Backup is True while the driver knows the artifact exists,
+	// and False (ReasonArtifactMissing) when it is gone, so a stale Backup never looks usable.
+	ConditionArtifactAvailable = "ArtifactAvailable"
+
+	// ConditionPartiallyFailed on a Backup is True when the driver completed with errors; the
+	// message lists them. Retention never treats such a Backup as the newest good one.
+	ConditionPartiallyFailed = "PartiallyFailed"
+)
+
+// Condition reasons.
+const (
+	// ReasonScheduling: the Plan is valid and waits for its next tick.
+	ReasonScheduling = "Scheduling"
+	// ReasonSuspended: the Plan has suspend: true.
+	ReasonSuspended = "Suspended"
+	// ReasonInvalidSchedule: the cron expression does not parse; the message quotes the parser.
+	ReasonInvalidSchedule = "InvalidSchedule"
+	// ReasonInvalidTimeZone: schedule.timeZone is not a known IANA zone.
+	ReasonInvalidTimeZone = "InvalidTimeZone"
+	// ReasonMissedDeadline: a tick was missed by more than startingDeadlineSeconds.
+	ReasonMissedDeadline = "MissedDeadline"
+	// ReasonConcurrencyForbidden: a tick came while a BackupJob of the Plan was still running.
+	ReasonConcurrencyForbidden = "ConcurrencyForbidden"
+	// ReasonNameConflict: the deterministic BackupJob name is taken by an object of another Plan.
+	ReasonNameConflict = "NameConflict"
+
+	// ReasonClaimed: a driver took the run.
+	ReasonClaimed = "Claimed"
+	// ReasonNoDriverClaimed: no driver took the run within the claim timeout.
+	ReasonNoDriverClaimed = "NoDriverClaimed"
+
+	// ReasonBackupClassNotFound: spec.backupClassName names no BackupClass.
+	ReasonBackupClassNotFound = "BackupClassNotFound"
+	// ReasonNoMatchingStrategy: the BackupClass has no strategy for the application's group and kind.
+	ReasonNoMatchingStrategy = "NoMatchingStrategy"
+	// ReasonStrategyNotFound: the strategy object the class points at does not exist.
+	ReasonStrategyNotFound = "StrategyNotFound"
+	// ReasonApplicationNotFound: the application object does not exist.
+	ReasonApplicationNotFound = "ApplicationNotFound"
+	// ReasonBackupNotFound: a RestoreJob names a Backup that does not exist.
+	ReasonBackupNotFound = "BackupNotFound"
+	// ReasonTemplateRenderFailed: the strategy template failed to render; nothing was created.
+	ReasonTemplateRenderFailed = "TemplateRenderFailed"
+	// ReasonArtifactReportInvalid: the driver could not locate the artifact it produced.
+	ReasonArtifactReportInvalid = "ArtifactReportInvalid"
+	// ReasonDeadlineExceeded: the run did not finish within the strategy's deadline.
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	// ReasonSucceeded: the run completed.
+	ReasonSucceeded = "Succeeded"
+	// ReasonFailed: the run failed; the message says why.
+	ReasonFailed = "Failed"
+
+	// ReasonArtifactPresent: the artifact was found in storage.
+	ReasonArtifactPresent = "ArtifactPresent"
+	// ReasonArtifactMissing: the artifact is gone from storage (e.g. expired).
+	ReasonArtifactMissing = "ArtifactMissing"
+	// ReasonCompletedWithErrors: the backup completed with errors or warnings.
+	ReasonCompletedWithErrors = "CompletedWithErrors"
+)

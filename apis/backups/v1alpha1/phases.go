@@ -1,0 +1,51 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// IsTerminal reports whether the phase is Succeeded or Failed.
+func (p BackupJobPhase) IsTerminal() bool { return p == BackupJobSucceeded || p == BackupJobFailed }
+
+// IsTerminal reports whether the phase is Succeeded or Failed.
+func (p RestoreJobPhase) IsTerminal() bool { return p == RestoreJobSucceeded || p == RestoreJobFailed }
+
+// IsTerminal reports whether the run has finished.
+func (j *BackupJob) IsTerminal() bool { return j.Status.Phase.IsTerminal() }
+
+// IsClaimed reports whether a driver has picked the run up (phase set or Accepted=True).
+func (j *BackupJob) IsClaimed() bool {
+	return j.Status.Phase != "" && j.Status.Phase != BackupJobPending || conditionTrue(j.Status.Conditions, ConditionAccepted)
+}
+
+// IsTerminal reports whether the restore has finished.
+func (r *RestoreJob) IsTerminal() bool { return r.Status.Phase.IsTerminal() }
+
+// IsClaimed reports whether a driver has picked the restore up.
+func (r *RestoreJob) IsClaimed() bool {
+	return r.Status.Phase != "" && r.Status.Phase != RestoreJobPending || conditionTrue(r.Status.Conditions, ConditionAccepted)
+}
+
+// IsGood reports whether the Backup is usable for a restore: Ready, its artifact known to exist,
+// and not partially failed. Retention never prunes the newest good Backup.
+func (b *Backup) IsGood() bool {
+	if b.Status.Phase != BackupReady || b.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range b.Status.Conditions {
+		switch {
+		case c.Type == ConditionArtifactAvailable && c.Status == "False":
+			return false
+		case c.Type == ConditionPartiallyFailed && c.Status == "True":
+			return false
+		}
+	}
+	return true
+}
+
+func conditionTrue(conds []metav1.Condition, t string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Status == "True"
+		}
+	}
+	return false
+}

@@ -1,0 +1,103 @@
+package v1alpha1
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// DefaultApplicationAPIGroup is the API group of an application reference that names none.
+const DefaultApplicationAPIGroup = "apps.cozystack.io"
+
+// ApplicationAPIGroup returns the reference's API group, or the default when it names none.
+func ApplicationAPIGroup(ref corev1.TypedLocalObjectReference) string {
+	if ref.APIGroup == nil || *ref.APIGroup == "" {
+		return DefaultApplicationAPIGroup
+	}
+	return *ref.APIGroup
+}
+
+// NormalizeApplicationRef returns a copy of ref whose apiGroup is set, defaulted when empty.
+func NormalizeApplicationRef(ref corev1.TypedLocalObjectReference) corev1.TypedLocalObjectReference {
+	group := ApplicationAPIGroup(ref)
+	ref.APIGroup = &group
+	return ref
+}
+
+// Matches reports whether the selector selects applications of the given reference.
+func (s ApplicationSelector) Matches(ref corev1.TypedLocalObjectReference) bool {
+	group := DefaultApplicationAPIGroup
+	if s.APIGroup != nil && *s.APIGroup != "" {
+		group = *s.APIGroup
+	}
+	return group == ApplicationAPIGroup(ref) && s.Kind == ref.Kind
+}
+
+// StrategyIs reports whether a strategy reference points at the given group and kind; drivers use
+// it to decide whether a run is theirs.
+func StrategyIs(ref corev1.TypedLocalObjectReference, group, kind string) bool {
+	return ref.APIGroup != nil && *ref.APIGroup == group && ref.Kind == kind
+}
+
+// ResolvedStrategy is what a BackupClass resolves to for one application.
+type ResolvedStrategy struct {
+	// ClassName is the BackupClass the strategy came from.
+	ClassName string
+	// StrategyRef is the driver strategy to run.
+	StrategyRef corev1.TypedLocalObjectReference
+	// Parameters are the class parameters for that strategy (never nil).
+	Parameters map[string]string
+}
+
+// ClassNotFoundError says a BackupClass does not exist.
+type ClassNotFoundError struct{ Name string }
+
+func (e *ClassNotFoundError) Error() string {
+	return fmt.Sprintf("BackupClass %q not found", e.Name)
+}
+
+// NoMatchingStrategyError says a BackupClass has no strategy for an application type.
+type NoMatchingStrategyError struct {
+	ClassName string
+	APIGroup  string
+	Kind      string
+}
+
+func (e *NoMatchingStrategyError) Error() string {
+	return fmt.Sprintf("BackupClass %q has no strategy for applications of kind %q in group %q",
+		e.ClassName, e.Kind, e.APIGroup)
+}
+
+// ResolveStrategy picks the first strategy of class whose application selector matches app.
+// A nil class yields a *ClassNotFoundError named after className.
+func ResolveStrategy(className string, class *BackupClass, app corev1.TypedLocalObjectReference) (*ResolvedStrategy, error) {
+	if class == nil {
+		return nil, &ClassNotFoundError{Name: className}
+	}
+	for _, s := range class.Spec.Strategies {
+		if !s.Application.Matches(app) {
+			continue
+		}
+		params := make(map[string]string, len(s.Parameters))
+		for k, v := range s.Parameters {
+			params[k] = v
+		}
+		return &ResolvedStrategy{ClassName: class.Name, StrategyRef: s.StrategyRef, Parameters: params}, nil
+	}
+	return nil, &NoMatchingStrategyError{ClassName: class.Name, APIGroup: ApplicationAPIGroup(app), Kind: app.Kind}
+}
+
+// ResolutionReason maps an error of ResolveStrategy to the condition reason the contract uses,
+// or "" for other errors.
+func ResolutionReason(err error) string {
+	var notFound *ClassNotFoundError
+	var noMatch *NoMatchingStrategyError
+	switch {
+	case errors.As(err, &notFound):
+		return ReasonBackupClassNotFound
+	case errors.As(err, &noMatch):
+		return ReasonNoMatchingStrategy
+	}
+	return ""
+}

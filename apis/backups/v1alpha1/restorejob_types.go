@@ -1,0 +1,93 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RestoreJobPhase summarises the conditions of a RestoreJob.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
+type RestoreJobPhase string
+
+const (
+	RestoreJobPending   RestoreJobPhase = "Pending"
+	RestoreJobRunning   RestoreJobPhase = "Running"
+	RestoreJobSucceeded RestoreJobPhase = "Succeeded"
+	RestoreJobFailed    RestoreJobPhase = "Failed"
+)
+
+// RestoreJobSpec is one restore from a Backup. It is immutable once created.
+type RestoreJobSpec struct {
+	// backupRef is the Backup to restore from, in the same namespace.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="size(self.name) > 0 && size(self.name) <= 253",message="backupRef.name must be 1-253 characters"
+	BackupRef corev1.LocalObjectReference `json:"backupRef"`
+
+	// targetApplicationRef is the application to restore into; unset means the Backup's application.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(self.name) > 0 && size(self.name) <= 253",message="targetApplicationRef.name must be 1-253 characters"
+	// +kubebuilder:validation:XValidation:rule="size(self.kind) > 0 && size(self.kind) <= 63",message="targetApplicationRef.kind must be 1-63 characters"
+	TargetApplicationRef *corev1.TypedLocalObjectReference `json:"targetApplicationRef,omitempty"`
+
+	// options are driver-specific restore options, e.g. targetNamespace for the Velero driver.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// RestoreJobStatus is written by the driver that owns the Backup's strategy.
+type RestoreJobStatus struct {
+	// observedGeneration is the generation last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is Pending, Running, Succeeded or Failed.
+	// +optional
+	Phase RestoreJobPhase `json:"phase,omitempty"`
+
+	// startedAt is when a driver first picked the restore up.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// completedAt is when the restore reached Succeeded or Failed.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+
+	// message is a human-readable summary, set on failure.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message,omitempty"`
+
+	// conditions: Accepted and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RestoreJob is a single restore from a Backup, into the same or another application.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=backups
+// +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.spec.backupRef.name`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RestoreJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec RestoreJobSpec `json:"spec"`
+	// +optional
+	Status RestoreJobStatus `json:"status,omitempty"`
+}
+
+// RestoreJobList is a list of RestoreJobs.
+// +kubebuilder:object:root=true
+type RestoreJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RestoreJob `json:"items"`
+}

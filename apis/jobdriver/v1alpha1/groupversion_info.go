@@ -1,0 +1,31 @@
+// Package v1alpha1 holds the strategy kind of the Coffer Job driver, group
+// jobdriver.backups.cozystack.io: JobBackupStrategy.
+//
+// +kubebuilder:object:generate=true
+// +groupName=jobdriver.backups.cozystack.io
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group is the API group of the Job driver; Kind is its strategy kind.
+const (
+	Group = "jobdriver.backups.cozystack.io"
+	Kind  = "JobBackupStrategy"
+)
+
+var (
+	// GroupVersion is the group and version of this package.
+	GroupVersion = schema.GroupVersion{Group: Group, Version: "v1alpha1"}
+	// SchemeBuilder registers the kinds of this package with a scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(func(s *runtime.Scheme) error {
+		s.AddKnownTypes(GroupVersion, &JobBackupStrategy{}, &JobBackupStrategyList{})
+		metav1.AddToGroupVersion(s, GroupVersion)
+		return nil
+	})
+	// AddToScheme adds the kinds of this package to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

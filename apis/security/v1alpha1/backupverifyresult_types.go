@@ -1,0 +1,123 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// MaxFindings bounds the findings of one result; a verifier that has more reports the first
+// MaxFindings-1 and one finding saying how many were left out.
+const MaxFindings = 1000
+
+// Finding is one observation of a verification.
+type Finding struct {
+	// code is a stable, lower-kebab identifier, e.g. checksum-mismatch.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+(-[a-z0-9]+)*$`
+	Code string `json:"code"`
+
+	// severity is info, low, medium, high or critical.
+	// +required
+	Severity Severity `json:"severity"`
+
+	// message says what was found, for a human.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+
+	// object names the object the finding is about, e.g. "apps/Deployment shop/web".
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Object string `json:"object,omitempty"`
+}
+
+// RunReference points at the BackupVerifyRun a result belongs to.
+type RunReference struct {
+	// name of the run, in the result's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// uid of the run.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
+}
+
+// BackupVerifyResultSpec holds what a run found. It is written once, at the run's terminal phase.
+type BackupVerifyResultSpec struct {
+	// runRef is the run this result belongs to.
+	// +required
+	RunRef RunReference `json:"runRef"`
+
+	// backend, backupRef and mode repeat the run's spec.
+	// +required
+	Backend Backend `json:"backend"`
+	// +required
+	BackupRef BackupRef `json:"backupRef"`
+	// +required
+	Mode Mode `json:"mode"`
+
+	// recordedChecksum is the checksum recorded when the backup was taken ("sha256:<hex>"), if any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	RecordedChecksum string `json:"recordedChecksum,omitempty"`
+
+	// computedChecksum is the checksum the verifier computed over the payload.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ComputedChecksum string `json:"computedChecksum,omitempty"`
+
+	// sizeBytes is the size of the payload the verifier read.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+
+	// objectsExpected and objectsRestored count the namespaced objects of the backup and those
+	// found in the sandbox (full-restore).
+	// +optional
+	ObjectsExpected int32 `json:"objectsExpected,omitempty"`
+	// +optional
+	ObjectsRestored int32 `json:"objectsRestored,omitempty"`
+
+	// findings of the run, worst first.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1000
+	Findings []Finding `json:"findings,omitempty"`
+}
+
+// BackupVerifyResultStatus carries the ranked outcome.
+type BackupVerifyResultStatus struct {
+	// worstSeverity is the highest severity among the findings (critical > high > medium > low > info).
+	// +optional
+	WorstSeverity Severity `json:"worstSeverity,omitempty"`
+}
+
+// BackupVerifyResult is the outcome of one BackupVerifyRun.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bvres,categories=backups
+// +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
+// +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.runRef.name`
+// +kubebuilder:printcolumn:name="Worst",type=string,JSONPath=`.status.worstSeverity`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BackupVerifyResult struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BackupVerifyResultSpec `json:"spec"`
+	// +optional
+	Status BackupVerifyResultStatus `json:"status,omitempty"`
+}
+
+// BackupVerifyResultList is a list of BackupVerifyResults.
+// +kubebuilder:object:root=true
+type BackupVerifyResultList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BackupVerifyResult `json:"items"`
+}

@@ -1,0 +1,152 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Backend is where the backup under verification lives.
+// +kubebuilder:validation:Enum=velero;etcd-snapshot
+type Backend string
+
+const (
+	BackendVelero       Backend = "velero"
+	BackendEtcdSnapshot Backend = "etcd-snapshot"
+)
+
+// Mode is how deeply a backup is verified.
+// +kubebuilder:validation:Enum=checksum-only;full-restore
+type Mode string
+
+const (
+	// ModeChecksumOnly recomputes the SHA-256 of the payload and compares it with the recorded one.
+	ModeChecksumOnly Mode = "checksum-only"
+	// ModeFullRestore (Velero only) restores into a sandbox namespace and diffs it with the backup.
+	ModeFullRestore Mode = "full-restore"
+)
+
+// SandboxSuffix is the suffix every full-restore sandbox namespace must carry.
+const SandboxSuffix = "-bvsandbox"
+
+// RunPhase is the state of a BackupVerifyRun: Pending (implicit at create), Running, Succeeded, Failed.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
+type RunPhase string
+
+const (
+	RunPending   RunPhase = "Pending"
+	RunRunning   RunPhase = "Running"
+	RunSucceeded RunPhase = "Succeeded"
+	RunFailed    RunPhase = "Failed"
+)
+
+// IsTerminal reports whether the run has finished; terminal runs are never touched again.
+func (p RunPhase) IsTerminal() bool { return p == RunSucceeded || p == RunFailed }
+
+// BackupRef names the backup to verify.
+type BackupRef struct {
+	// name is the velero.io Backup name (velero backend) or the snapshot file, relative to
+	// --etcd-snapshot-dir (etcd-snapshot backend).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// namespace is the namespace of the velero.io Backup. Unset means "velero".
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// BackupVerifyRunSpec is one verification. It is immutable once created.
+// +kubebuilder:validation:XValidation:rule="self.backend == 'velero' || self.mode == 'checksum-only'",message="full-restore is supported only by the velero backend"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'full-restore' || has(self.sandboxNamespace)",message="sandboxNamespace is required for full-restore"
+type BackupVerifyRunSpec struct {
+	// backend is velero or etcd-snapshot.
+	// +required
+	Backend Backend `json:"backend"`
+
+	// backupRef names the backup to verify.
+	// +required
+	BackupRef BackupRef `json:"backupRef"`
+
+	// mode is checksum-only (unset) or full-restore.
+	// +optional
+	// +kubebuilder:default=checksum-only
+	Mode Mode `json:"mode,omitempty"`
+
+	// sandboxNamespace is the namespace a full-restore restores into. It must end in -bvsandbox
+	// (enforced by a ValidatingAdmissionPolicy) and must not exist yet: the verifier creates it,
+	// labels it with the run's UID, and deletes it afterwards.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	SandboxNamespace string `json:"sandboxNamespace,omitempty"`
+
+	// timeout bounds the whole run; past it the run ends with a timeout finding and cleanup.
+	// Unset means 30m.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// BackupVerifyRunStatus is the observed state of a run.
+type BackupVerifyRunStatus struct {
+	// phase is Pending (implicit), Running, Succeeded or Failed.
+	// +optional
+	Phase RunPhase `json:"phase,omitempty"`
+
+	// startTime is when the run entered Running.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime is when the run reached a terminal phase.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// resultRef is the name of the BackupVerifyResult of this run, in the same namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ResultRef string `json:"resultRef,omitempty"`
+
+	// worstSeverity repeats the worst severity of the run's findings.
+	// +optional
+	WorstSeverity Severity `json:"worstSeverity,omitempty"`
+
+	// message summarises the outcome.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message,omitempty"`
+
+	// conditions of the run.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BackupVerifyRun is one scheduled or ad-hoc verification of a backup.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bvr,categories=backups
+// +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Worst",type=string,JSONPath=`.status.worstSeverity`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type BackupVerifyRun struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec BackupVerifyRunSpec `json:"spec"`
+	// +optional
+	Status BackupVerifyRunStatus `json:"status,omitempty"`
+}
+
+// BackupVerifyRunList is a list of BackupVerifyRuns.
+// +kubebuilder:object:root=true
+type BackupVerifyRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BackupVerifyRun `json:"items"`
+}

@@ -1,0 +1,116 @@
+package v1alpha1
+
+// Severity ranks a finding: critical > high > medium > low > info.
+// +kubebuilder:validation:Enum=info;low;medium;high;critical
+type Severity string
+
+const (
+	SeverityInfo     Severity = "info"
+	SeverityLow      Severity = "low"
+	SeverityMedium   Severity = "medium"
+	SeverityHigh     Severity = "high"
+	SeverityCritical Severity = "critical"
+)
+
+// Rank orders severities: info 1 … critical 5; an unknown or empty severity ranks 0.
+func (s Severity) Rank() int {
+	switch s {
+	case SeverityInfo:
+		return 1
+	case SeverityLow:
+		return 2
+	case SeverityMedium:
+		return 3
+	case SeverityHigh:
+		return 4
+	case SeverityCritical:
+		return 5
+	}
+	return 0
+}
+
+// AtLeast reports whether s ranks at or above other.
+func (s Severity) AtLeast(other Severity) bool { return s.Rank() >= other.Rank() }
+
+// Finding codes, in priority order: when two findings share the worst severity, the one whose code
+// comes first here decides the SecurityEvent. Codes not listed rank after all of these.
+const (
+	CodeChecksumMismatch        = "checksum-mismatch"
+	CodeEtcdSnapshotCorrupt     = "etcd-snapshot-corrupt"
+	CodeRestoreFailed           = "restore-failed"
+	CodeSandboxNotOwned         = "sandbox-not-owned"
+	CodeVeleroBackupNotFound    = "velero-backup-not-found"
+	CodeEtcdSnapshotNotFound    = "etcd-snapshot-not-found"
+	CodeEtcdSnapshotRefInvalid  = "etcd-snapshot-ref-invalid"
+	CodeVeleroCRDMissing        = "velero-crd-missing"
+	CodeObjectMissing           = "object-missing"
+	CodeRestorePartiallyFailed  = "restore-partially-failed"
+	CodeTimeout                 = "timeout"
+	CodeStorageUnavailable      = "storage-location-unavailable"
+	CodeVeleroBackupNotComplete = "velero-backup-not-completed"
+	CodeChecksumNotRecorded     = "checksum-not-recorded"
+	CodeCleanupFailed           = "cleanup-failed"
+	CodeFindingsTruncated       = "findings-truncated"
+	CodeChecksumMatch           = "checksum-match"
+)
+
+var codePriority = func() map[string]int {
+	order := []string{
+		CodeChecksumMismatch, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned,
+		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
+		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout,
+		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded,
+		CodeCleanupFailed, CodeFindingsTruncated, CodeChecksumMatch,
+	}
+	m := make(map[string]int, len(order))
+	for i, c := range order {
+		m[c] = i
+	}
+	return m
+}()
+
+// CodePriority is the tie-breaking rank of a finding code: lower wins.
+func CodePriority(code string) int {
+	if p, ok := codePriority[code]; ok {
+		return p
+	}
+	return len(codePriority)
+}
+
+// WorstSeverity is the highest severity among findings, or "" when there are none.
+func WorstSeverity(findings []Finding) Severity {
+	var worst Severity
+	for _, f := range findings {
+		if f.Severity.Rank() > worst.Rank() {
+			worst = f.Severity
+		}
+	}
+	return worst
+}
+
+// TopFinding is the finding that decides the SecurityEvent: the worst severity, ties broken by
+// CodePriority, then by order. It returns nil for no findings.
+func TopFinding(findings []Finding) *Finding {
+	var top *Finding
+	for i := range findings {
+		f := &findings[i]
+		if top == nil || f.Severity.Rank() > top.Severity.Rank() ||
+			f.Severity.Rank() == top.Severity.Rank() && CodePriority(f.Code) < CodePriority(top.Code) {
+			top = f
+		}
+	}
+	return top
+}
+
+// TerminalEventType picks the SecurityEvent a run emits at its terminal phase:
+// BackupVerifyMismatch when any finding is high or worse, else BackupVerifyFailed for a failed run,
+// else BackupVerifyCompleted.
+func TerminalEventType(phase RunPhase, findings []Finding) string {
+	if WorstSeverity(findings).AtLeast(SeverityHigh) {
+		return EventBackupVerifyMismatch
+	}
+	if phase == RunFailed {
+		return EventBackupVerifyFailed
+	}
+	return EventBackupVerifyCompleted
+}
