@@ -85,6 +85,8 @@ type RetentionPolicy struct {
 	// maxAge prunes Backups older than this duration (e.g. "720h") even if a keep rule holds them,
 	// except the newest good Backup.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 }
 

@@ -84,6 +84,8 @@ type BackupVerifyRunSpec struct {
 	// timeout bounds the whole run; past it the run ends with a timeout finding and cleanup.
 	// Unset means 30m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 

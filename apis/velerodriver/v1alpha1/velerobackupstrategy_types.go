@@ -41,6 +41,8 @@ type VeleroBackupStrategySpec struct {
 	// deadline fails a BackupJob or RestoreJob whose Velero object is still in progress after this
 	// long. Unset means 1h.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
 }
 

@@ -1,0 +1,15 @@
+// Package backupjob reconciles the BackupJobs whose BackupClass resolves to a JobBackupStrategy:
+// one batch/v1 Job per run, whose pod reports its artifact. The reconciler is built by the
+// driver-job issue; this package holds the driver's RBAC, from which `make manifests` generates
+// deploy/driver-job/rbac.
+package backupjob
+
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete

@@ -1,0 +1,16 @@
+// Package backupjob reconciles the BackupJobs whose BackupClass resolves to a
+// VeleroBackupStrategy: one velero.io/v1 Backup per run, then a Coffer Backup with the artifact's
+// size and SHA-256. The reconciler is built by the driver-velero issue; this package holds the
+// driver's RBAC, from which `make manifests` generates deploy/driver-velero/rbac.
+package backupjob
+
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=velerodriver.backups.cozystack.io,resources=velerobackupstrategies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=velero.io,resources=backups;restores;downloadrequests;deletebackuprequests,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=update;patch
+// +kubebuilder:rbac:groups=velero.io,resources=backupstoragelocations,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
