@@ -2,6 +2,4 @@ module github.com/coffer-backup/coffer/driver-velero
 
 go 1.26.0
 
-require github.com/coffer-backup/coffer/apis v0.0.0
-
 replace github.com/coffer-backup/coffer/apis => ../apis

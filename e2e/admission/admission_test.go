@@ -242,19 +242,25 @@ func TestUpdateRules(t *testing.T) {
 		want   []string
 	}{
 		{name: "backupjob spec immutable",
-			doc:    "apiVersion: backups.cozystack.io/v1alpha1\nkind: BackupJob\nmetadata: {name: j}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, backupClassName: default}",
-			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "other", "spec", "backupClassName") },
-			want:   []string{"spec is immutable"}},
+			doc: "apiVersion: backups.cozystack.io/v1alpha1\nkind: BackupJob\nmetadata: {name: j}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, backupClassName: default}",
+			mutate: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "other", "spec", "backupClassName")
+			},
+			want: []string{"spec is immutable"}},
 		{name: "backupjob status writable",
-			doc:    "apiVersion: backups.cozystack.io/v1alpha1\nkind: BackupJob\nmetadata: {name: j}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, backupClassName: default}",
-			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "Running", "status", "phase") },
+			doc: "apiVersion: backups.cozystack.io/v1alpha1\nkind: BackupJob\nmetadata: {name: j}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, backupClassName: default}",
+			mutate: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "Running", "status", "phase")
+			},
 			status: true},
 		{name: "backupjob phase enum",
-			doc:    "apiVersion: backups.cozystack.io/v1alpha1\nkind: BackupJob\nmetadata: {name: j}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, backupClassName: default}",
-			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "Done", "status", "phase") },
+			doc: "apiVersion: backups.cozystack.io/v1alpha1\nkind: BackupJob\nmetadata: {name: j}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, backupClassName: default}",
+			mutate: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "Done", "status", "phase")
+			},
 			status: true, want: []string{`status.phase: Unsupported value: "Done"`}},
 		{name: "backup spec immutable",
-			doc:    "apiVersion: backups.cozystack.io/v1alpha1\nkind: Backup\nmetadata: {name: b}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, strategyRef: {apiGroup: g.io, kind: K, name: s}, takenAt: '2026-04-29T02:00:00Z'}",
+			doc: "apiVersion: backups.cozystack.io/v1alpha1\nkind: Backup\nmetadata: {name: b}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, strategyRef: {apiGroup: g.io, kind: K, name: s}, takenAt: '2026-04-29T02:00:00Z'}",
 			mutate: func(u *unstructured.Unstructured) {
 				_ = unstructured.SetNestedStringMap(u.Object, map[string]string{"k": "v"}, "spec", "driverMetadata")
 			},
@@ -273,13 +279,17 @@ func TestUpdateRules(t *testing.T) {
 			},
 			status: true},
 		{name: "restorejob spec immutable",
-			doc:    "apiVersion: backups.cozystack.io/v1alpha1\nkind: RestoreJob\nmetadata: {name: r}\nspec: {backupRef: {name: b}}",
-			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "other", "spec", "backupRef", "name") },
-			want:   []string{"spec is immutable"}},
+			doc: "apiVersion: backups.cozystack.io/v1alpha1\nkind: RestoreJob\nmetadata: {name: r}\nspec: {backupRef: {name: b}}",
+			mutate: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "other", "spec", "backupRef", "name")
+			},
+			want: []string{"spec is immutable"}},
 		{name: "verify run spec immutable",
-			doc:    "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyRun\nmetadata: {name: r}\nspec: {backend: velero, backupRef: {name: b}}",
-			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "other", "spec", "backupRef", "name") },
-			want:   []string{"spec is immutable"}},
+			doc: "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyRun\nmetadata: {name: r}\nspec: {backend: velero, backupRef: {name: b}}",
+			mutate: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "other", "spec", "backupRef", "name")
+			},
+			want: []string{"spec is immutable"}},
 		{name: "verify run timeout immutable",
 			doc:    "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyRun\nmetadata: {name: r}\nspec: {backend: velero, backupRef: {name: b}, timeout: 10m}",
 			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "1h", "spec", "timeout") },
@@ -292,13 +302,17 @@ func TestUpdateRules(t *testing.T) {
 			},
 			status: true},
 		{name: "verify result worst severity enum",
-			doc:    "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyResult\nmetadata: {name: res}\nspec: {runRef: {name: r}, backend: velero, backupRef: {name: b}, mode: checksum-only}",
-			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "severe", "status", "worstSeverity") },
+			doc: "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyResult\nmetadata: {name: res}\nspec: {runRef: {name: r}, backend: velero, backupRef: {name: b}, mode: checksum-only}",
+			mutate: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "severe", "status", "worstSeverity")
+			},
 			status: true, want: []string{`status.worstSeverity: Unsupported value: "severe"`}},
 		{name: "security event immutable",
-			doc:    "apiVersion: security.ugallu.io/v1alpha1\nkind: SecurityEvent\nmetadata: {generateName: se-}\nspec: {type: BackupVerifyStarted, class: Audit, severity: info, source: backup-verify, subject: {kind: BackupVerifyRun, name: r}, occurredAt: '2026-04-29T02:00:00Z'}",
-			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "critical", "spec", "severity") },
-			want:   []string{"spec is immutable"}},
+			doc: "apiVersion: security.ugallu.io/v1alpha1\nkind: SecurityEvent\nmetadata: {generateName: se-}\nspec: {type: BackupVerifyStarted, class: Audit, severity: info, source: backup-verify, subject: {kind: BackupVerifyRun, name: r}, occurredAt: '2026-04-29T02:00:00Z'}",
+			mutate: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "critical", "spec", "severity")
+			},
+			want: []string{"spec is immutable"}},
 		{name: "plan spec stays mutable",
 			doc:    "apiVersion: backups.cozystack.io/v1alpha1\nkind: Plan\nmetadata: {name: p}\nspec: {applicationRef: {kind: VirtualMachine, name: vm1}, backupClassName: default, schedule: {cron: '@daily'}}",
 			mutate: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, true, "spec", "suspend") }},

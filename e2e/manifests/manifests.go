@@ -38,9 +38,12 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// Render runs kustomize build on dir and returns its objects in order.
+// Render runs kustomize build on dir and returns its objects in apply order (namespaces and CRDs
+// first, as `kubectl kustomize` orders them).
 func Render(dir string) ([]*unstructured.Unstructured, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
+	k := krusty.MakeKustomizer(opts)
 	res, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
