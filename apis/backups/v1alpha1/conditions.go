@@ -38,6 +38,8 @@ const (
 	ReasonMissedDeadline = "MissedDeadline"
 	// ReasonConcurrencyForbidden: a tick came while a BackupJob of the Plan was still running.
 	ReasonConcurrencyForbidden = "ConcurrencyForbidden"
+	// ReasonTickFired: the most recent tick created its BackupJob (TickSkipped=False).
+	ReasonTickFired = "TickFired"
 	// ReasonNameConflict: the deterministic BackupJob name is taken by an object of another Plan.
 	ReasonNameConflict = "NameConflict"
 

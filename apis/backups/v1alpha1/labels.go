@@ -2,7 +2,8 @@ package v1alpha1
 
 // Label and annotation keys of the contract.
 const (
-	// LabelPlan on a BackupJob (and the Backup made from it) names the Plan that created it.
+	// LabelPlan on a BackupJob (and the Backup made from it) names the Plan that created it; its
+	// value is PlanLabelValue(plan name).
 	LabelPlan = Group + "/plan"
 
 	// AnnotationScheduledTime on a BackupJob created by a Plan holds its tick in RFC 3339.
@@ -27,3 +28,7 @@ const (
 	// LabelManagedBy is the well-known label naming the component that manages an object.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 )
+
+// PlanLabelValue is the LabelPlan value for a Plan: its name, bounded to a valid label value.
+// Long names are cut and hashed (BoundedName), so always check the ownerReference too.
+func PlanLabelValue(plan string) string { return BoundedName(MaxGeneratedNameLength, plan) }

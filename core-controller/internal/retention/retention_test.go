@@ -1,0 +1,155 @@
+package retention
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+)
+
+func i32(v int32) *int32 { return &v }
+
+func ready(name, at string) Item {
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		panic(err)
+	}
+	return Item{Name: name, TakenAt: t, Phase: backupsv1.BackupReady, Good: true}
+}
+
+func with(it Item, phase backupsv1.BackupPhase, good bool) Item {
+	it.Phase, it.Good = phase, good
+	return it
+}
+
+func names(ds []Decision) []string {
+	out := []string{}
+	for _, d := range ds {
+		out = append(out, d.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// daily returns n Ready backups at 02:00 UTC on consecutive days ending 2026-03-31.
+func daily(n int) []Item {
+	var items []Item
+	end := time.Date(2026, 3, 31, 2, 0, 0, 0, time.UTC)
+	for i := 0; i < n; i++ {
+		t := end.AddDate(0, 0, -i)
+		items = append(items, Item{Name: t.Format("b-0102"), TakenAt: t, Phase: backupsv1.BackupReady, Good: true})
+	}
+	return items
+}
+
+func TestSelect(t *testing.T) {
+	now := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	tests := []struct {
+		name   string
+		items  []Item
+		policy *backupsv1.RetentionPolicy
+		loc    *time.Location
+		prune  []string
+	}{
+		{name: "no policy prunes nothing", items: daily(5), policy: nil, prune: []string{}},
+		{name: "empty policy prunes nothing", items: daily(5), policy: &backupsv1.RetentionPolicy{}, prune: []string{}},
+		{name: "keepLast", items: daily(5), policy: &backupsv1.RetentionPolicy{KeepLast: i32(2)},
+			prune: []string{"b-0327", "b-0328", "b-0329"}},
+		{name: "keepLast 0 still keeps the newest good", items: daily(3), policy: &backupsv1.RetentionPolicy{KeepLast: i32(0)},
+			prune: []string{"b-0329", "b-0330"}},
+		{name: "keepDaily keeps the newest of each day", policy: &backupsv1.RetentionPolicy{KeepDaily: i32(2)},
+			items: []Item{ready("a", "2026-03-31T10:00:00Z"), ready("b", "2026-03-31T02:00:00Z"), ready("c", "2026-03-30T23:00:00Z"), ready("d", "2026-03-30T01:00:00Z"), ready("e", "2026-03-29T01:00:00Z")},
+			prune: []string{"b", "d", "e"}},
+		{name: "keepDaily buckets in the Plan's zone", policy: &backupsv1.RetentionPolicy{KeepDaily: i32(2)}, loc: berlin,
+			// 23:00 UTC on the 30th is already the 31st in Berlin, so it shares a day with a and b.
+			items: []Item{ready("a", "2026-03-31T10:00:00Z"), ready("b", "2026-03-31T02:00:00Z"), ready("c", "2026-03-30T23:00:00Z"), ready("d", "2026-03-30T01:00:00Z"), ready("e", "2026-03-29T01:00:00Z")},
+			prune: []string{"b", "c", "e"}},
+		{name: "keepWeekly uses ISO weeks", items: daily(15), policy: &backupsv1.RetentionPolicy{KeepWeekly: i32(2)},
+			// 31 Mar 2026 is a Tuesday: week 14 holds 30-31 Mar, week 13 holds 23-29 Mar.
+			prune: nil /* computed below */},
+		{name: "keepMonthly", policy: &backupsv1.RetentionPolicy{KeepMonthly: i32(2)},
+			items: []Item{ready("mar2", "2026-03-20T00:00:00Z"), ready("mar1", "2026-03-01T00:00:00Z"), ready("feb", "2026-02-15T00:00:00Z"), ready("jan", "2026-01-15T00:00:00Z")},
+			prune: []string{"jan", "mar1"}},
+		{name: "rules combine as a union", policy: &backupsv1.RetentionPolicy{KeepLast: i32(1), KeepMonthly: i32(2)},
+			items: []Item{ready("mar2", "2026-03-20T00:00:00Z"), ready("mar1", "2026-03-01T00:00:00Z"), ready("feb", "2026-02-15T00:00:00Z"), ready("jan", "2026-01-15T00:00:00Z")},
+			prune: []string{"jan", "mar1"}},
+		{name: "maxAge alone", items: daily(5), policy: &backupsv1.RetentionPolicy{MaxAge: &metav1.Duration{Duration: 72 * time.Hour}},
+			prune: []string{"b-0327", "b-0328"}},
+		{name: "maxAge overrides keep rules", items: daily(5), policy: &backupsv1.RetentionPolicy{KeepLast: i32(5), MaxAge: &metav1.Duration{Duration: 48 * time.Hour}},
+			prune: []string{"b-0327", "b-0328", "b-0329"}},
+		{name: "maxAge never prunes the last good backup", items: daily(3), policy: &backupsv1.RetentionPolicy{MaxAge: &metav1.Duration{Duration: time.Hour}},
+			prune: []string{"b-0329", "b-0330"}},
+		{name: "last good is kept even when newer ones are partial or failed", policy: &backupsv1.RetentionPolicy{KeepLast: i32(1), MaxAge: &metav1.Duration{Duration: time.Hour}},
+			items: []Item{
+				with(ready("partial", "2026-03-31T11:00:00Z"), backupsv1.BackupReady, false),
+				with(ready("failed", "2026-03-31T10:00:00Z"), backupsv1.BackupFailed, false),
+				ready("good-old", "2026-03-01T00:00:00Z"),
+				ready("good-older", "2026-02-01T00:00:00Z"),
+			},
+			prune: []string{"failed", "good-older"}},
+		{name: "partial backups count for keepLast but are not the last good", policy: &backupsv1.RetentionPolicy{KeepLast: i32(1)},
+			items: []Item{with(ready("partial", "2026-03-31T11:00:00Z"), backupsv1.BackupReady, false), ready("good", "2026-03-30T00:00:00Z"), ready("good-older", "2026-03-29T00:00:00Z")},
+			prune: []string{"good-older"}},
+		{name: "failed backups are kept by no rule", policy: &backupsv1.RetentionPolicy{KeepLast: i32(5)},
+			items: []Item{with(ready("failed", "2026-03-31T11:00:00Z"), backupsv1.BackupFailed, false), ready("good", "2026-03-30T00:00:00Z")},
+			prune: []string{"failed"}},
+		{name: "pending backups are never pruned", policy: &backupsv1.RetentionPolicy{KeepLast: i32(1), MaxAge: &metav1.Duration{Duration: time.Minute}},
+			items: []Item{with(ready("pending", "2026-03-01T00:00:00Z"), backupsv1.BackupPending, false), with(ready("unset", "2026-03-01T00:00:00Z"), "", false), ready("good", "2026-03-30T00:00:00Z")},
+			prune: []string{}},
+		{name: "no good backup at all: rules apply", policy: &backupsv1.RetentionPolicy{KeepLast: i32(1)},
+			items: []Item{with(ready("p1", "2026-03-31T00:00:00Z"), backupsv1.BackupReady, false), with(ready("p2", "2026-03-30T00:00:00Z"), backupsv1.BackupReady, false)},
+			prune: []string{"p2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			loc := tt.loc
+			if loc == nil {
+				loc = time.UTC
+			}
+			got := Select(tt.items, tt.policy, loc, now)
+			if tt.name == "keepWeekly uses ISO weeks" {
+				// Kept: 31 Mar (week 14) and 29 Mar (newest of week 13); everything else goes.
+				want := []string{}
+				for _, it := range daily(15) {
+					if it.Name != "b-0331" && it.Name != "b-0329" {
+						want = append(want, it.Name)
+					}
+				}
+				sort.Strings(want)
+				assert.Equal(t, want, names(got))
+				return
+			}
+			assert.Equal(t, tt.prune, names(got))
+			for _, d := range got {
+				assert.NotEmpty(t, d.Reason, "every prune says why")
+			}
+		})
+	}
+}
+
+func TestSelectNeverPrunesNewestGood(t *testing.T) {
+	now := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
+	policies := []*backupsv1.RetentionPolicy{
+		{KeepLast: i32(0)}, {KeepDaily: i32(0)}, {MaxAge: &metav1.Duration{Duration: time.Nanosecond}},
+		{KeepLast: i32(0), KeepDaily: i32(0), KeepWeekly: i32(0), KeepMonthly: i32(0), MaxAge: &metav1.Duration{}},
+	}
+	for i, p := range policies {
+		for n := 1; n <= 6; n++ {
+			items := daily(n)
+			// Make the newest ones not good, so the newest good one is in the middle.
+			for j := 0; j < n/2; j++ {
+				items[j].Good = false
+			}
+			newestGood := items[n/2].Name
+			for _, d := range Select(items, p, time.UTC, now) {
+				assert.NotEqual(t, newestGood, d.Name, fmt.Sprintf("policy %d with %d backups", i, n))
+			}
+		}
+	}
+}
