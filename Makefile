@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash
 
 # Workspace modules, leaf first.
 MODULES := apis core-controller driver-velero driver-job verifier e2e tools
+COMPONENTS := core-controller driver-velero driver-job verifier
 
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen

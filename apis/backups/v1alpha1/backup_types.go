@@ -90,6 +90,7 @@ type BackupStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=backups
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
+// +kubebuilder:selectablefield:JSONPath=`.spec.planRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.spec.applicationRef.name`
 // +kubebuilder:printcolumn:name="Taken",type=date,JSONPath=`.spec.takenAt`

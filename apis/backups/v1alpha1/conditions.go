@@ -40,7 +40,8 @@ const (
 	ReasonConcurrencyForbidden = "ConcurrencyForbidden"
 	// ReasonTickFired: the most recent tick created its BackupJob (TickSkipped=False).
 	ReasonTickFired = "TickFired"
-	// ReasonNameConflict: the deterministic BackupJob name is taken by an object of another Plan.
+	// ReasonNameConflict (an event reason): the BackupJob name of a tick is taken by an object the
+	// Plan does not control; the tick fires once the name is free.
 	ReasonNameConflict = "NameConflict"
 
 	// ReasonClaimed: a driver took the run.

@@ -151,6 +151,10 @@ type PlanStatus struct {
 	// +optional
 	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
 
+	// lastSkippedTime is the newest tick that did not fire (missed or forbidden).
+	// +optional
+	LastSkippedTime *metav1.Time `json:"lastSkippedTime,omitempty"`
+
 	// nextScheduleTime is the next tick.
 	// +optional
 	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`

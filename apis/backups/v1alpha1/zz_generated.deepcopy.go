@@ -538,6 +538,10 @@ func (in *PlanStatus) DeepCopyInto(out *PlanStatus) {
 		in, out := &in.LastScheduleTime, &out.LastScheduleTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LastSkippedTime != nil {
+		in, out := &in.LastSkippedTime, &out.LastSkippedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.NextScheduleTime != nil {
 		in, out := &in.NextScheduleTime, &out.NextScheduleTime
 		*out = (*in).DeepCopy()

@@ -12,5 +12,4 @@ package backupjob
 // +kubebuilder:rbac:groups=velero.io,resources=backups;restores;downloadrequests;deletebackuprequests,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=update;patch
 // +kubebuilder:rbac:groups=velero.io,resources=backupstoragelocations,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
