@@ -3,6 +3,7 @@
 # outside the checkout, skipping those already there. Prints the cache directory on stdout.
 #
 #   hack/testbin.sh [binary...]     default: kube-apiserver kube-controller-manager etcd etcdctl etcdutl
+#   hack/testbin.sh --velero        velero, velero-plugin-for-aws and minio (the S3 test stack)
 #
 # COFFER_TESTBIN_ROOT overrides the cache root (default $HOME/.cache/coffer/testbin).
 set -euo pipefail
@@ -10,7 +11,16 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
-dir="${COFFER_TESTBIN_ROOT:-$HOME/.cache/coffer/testbin}/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
+VELERO_VERSION=v1.18.3
+VELERO_AWS_VERSION=v1.14.3
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+cache="${COFFER_TESTBIN_ROOT:-$HOME/.cache/coffer/testbin}"
+dir="$cache/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
+if [ "${1:-}" = --velero ]; then
+	shift
+	dir="$cache/velero-${VELERO_VERSION}_aws-${VELERO_AWS_VERSION}_minio-${MINIO_VERSION##*-}"
+	set -- velero velero-plugin-for-aws minio
+fi
 mkdir -p "$dir"
 
 k8s_minor=${K8S_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
@@ -34,6 +44,9 @@ for b in "${bins[@]}"; do
 	etcd) build etcd etcd go.etcd.io/etcd/server/v3 "-s -w" ;;
 	etcdctl) build etcdctl etcd go.etcd.io/etcd/etcdctl/v3 "-s -w" ;;
 	etcdutl) build etcdutl etcd go.etcd.io/etcd/etcdutl/v3 "-s -w" ;;
+	velero) build velero velero github.com/vmware-tanzu/velero/cmd/velero "-s -w" ;;
+	velero-plugin-for-aws) build velero-plugin-for-aws velero github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws "-s -w" ;;
+	minio) build minio minio github.com/minio/minio "-s -w" ;;
 	kube-apiserver|kube-controller-manager|kube-scheduler|kubelet)
 		build "$b" kubernetes "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags" ;;
 	*) echo "testbin: unknown binary $b" >&2; exit 2 ;;

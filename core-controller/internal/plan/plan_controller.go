@@ -244,6 +244,13 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, 
 			fmt.Sprintf("%s%d tick(s) before %s were missed (the controller was not running); at most the most recent missed tick fires",
 				bound, due.Missed, tick.Format(time.RFC3339)))
 	}
+	// An earlier attempt at this tick created its BackupJob but did not record it: adopt it.
+	for i := range s.jobs {
+		if s.jobs[i].Name == backupsv1.PlanBackupJobName(plan.Name, tick) {
+			r.recordFired(s, tick, &s.jobs[i], due.Missed)
+			return requeue, nil
+		}
+	}
 	if d := plan.Spec.StartingDeadlineSeconds; d != nil && s.now.Sub(tick) > time.Duration(*d)*time.Second {
 		r.skip(s, tick, 1, backupsv1.ReasonMissedDeadline,
 			fmt.Sprintf("The tick at %s was missed by %s, more than startingDeadlineSeconds (%ds)",
@@ -277,17 +284,23 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, 
 	if job == nil { // the name is taken by a foreign object: no status advance
 		return reconcile.Result{RequeueAfter: time.Minute}, nil
 	}
+	r.recordFired(s, tick, job, due.Missed)
+	return requeue, nil
+}
+
+// recordFired records that tick created job.
+func (r *Reconciler) recordFired(s *scope, tick time.Time, job *backupsv1.BackupJob, missed int64) {
+	plan := s.plan
 	plan.Status.LastScheduleTime = &metav1.Time{Time: tick}
-	if !containsRef(plan.Status.Active, job.Name) {
+	if !containsRef(plan.Status.Active, job.Name) && !job.IsTerminal() {
 		plan.Status.Active = append(plan.Status.Active, corev1.LocalObjectReference{Name: job.Name})
 		sort.Slice(plan.Status.Active, func(i, k int) bool { return plan.Status.Active[i].Name < plan.Status.Active[k].Name })
 	}
-	if due.Missed == 0 {
+	if missed == 0 {
 		r.setCondition(s, backupsv1.ConditionTickSkipped, metav1.ConditionFalse, backupsv1.ReasonTickFired,
 			fmt.Sprintf("The tick at %s created BackupJob %s", tick.Format(time.RFC3339), job.Name))
 	}
 	plan.Status.ObservedGeneration = plan.Generation
-	return requeue, nil
 }
 
 // since is the instant up to which every tick has been dealt with: fired, skipped, or discarded

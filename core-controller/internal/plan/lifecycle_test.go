@@ -1,0 +1,206 @@
+package plan
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
+)
+
+// nextSpringForward finds the first day after t on which loc springs forward.
+func nextSpringForward(t time.Time, loc *time.Location) time.Time {
+	day := time.Date(t.Year(), t.Month(), t.Day(), 12, 0, 0, 0, loc)
+	for {
+		next := day.AddDate(0, 0, 1)
+		_, off1 := day.Zone()
+		_, off2 := next.Zone()
+		if off2 > off1 {
+			return time.Date(next.Year(), next.Month(), next.Day(), 0, 0, 0, 0, loc)
+		}
+		day = next
+	}
+}
+
+// TestDaylightSavingInPlanZone runs a daily 02:30 Plan in Europe/Berlin across the next spring
+// change: 02:30 does not exist that night; the tick fires once (at 03:30 local), and one BackupJob
+// exists per day.
+func TestDaylightSavingInPlanZone(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.Schedule = backupsv1.PlanSchedule{Cron: "30 2 * * *", TimeZone: ptr("Europe/Berlin")}
+	})
+	change := nextSpringForward(h.plan.CreationTimestamp.Time, berlin)
+	dayBefore := change.AddDate(0, 0, -1)
+
+	h.clock.SetTime(time.Date(dayBefore.Year(), dayBefore.Month(), dayBefore.Day(), 2, 31, 0, 0, berlin))
+	h.reconcile()
+	require.Len(t, h.jobs(), 1)
+	missedSinceCreation := h.plan.Status.SkippedTicks // the nights between creation and the day before
+	assert.Equal(t, "02:30:00 +0100", h.plan.Status.LastScheduleTime.In(berlin).Format("15:04:05 -0700"))
+	assert.Equal(t, "03:30:00 +0200", h.plan.Status.NextScheduleTime.In(berlin).Format("15:04:05 -0700"),
+		"the missing 02:30 is announced at 03:30 summer time")
+
+	h.setJobPhase(h.jobs()[0].Name, backupsv1.BackupJobSucceeded, h.clock.Now())
+	h.clock.SetTime(time.Date(change.Year(), change.Month(), change.Day(), 3, 31, 0, 0, berlin))
+	h.reconcile()
+	require.Len(t, h.jobs(), 2, "the tick of the short night fires")
+	assert.Equal(t, missedSinceCreation, h.plan.Status.SkippedTicks, "no tick lost")
+
+	h.setJobPhase(backupsv1.PlanBackupJobName("nightly", h.plan.Status.LastScheduleTime.Time), backupsv1.BackupJobSucceeded, h.clock.Now())
+	after := change.AddDate(0, 0, 1)
+	h.clock.SetTime(time.Date(after.Year(), after.Month(), after.Day(), 2, 31, 0, 0, berlin))
+	h.reconcile()
+	require.Len(t, h.jobs(), 3)
+	assert.Equal(t, "02:30:00 +0200", h.plan.Status.LastScheduleTime.In(berlin).Format("15:04:05 -0700"))
+	assert.Equal(t, missedSinceCreation, h.plan.Status.SkippedTicks)
+}
+
+// TestTwoManagersFireOnce runs two full managers (each with its own cache and reconciler, no
+// leader election) against one API server past a tick: exactly one BackupJob results.
+func TestTwoManagersFireOnce(t *testing.T) {
+	h := newHarness(t, func(p *backupsv1.Plan) { p.Spec.Schedule.Cron = "* * * * *" })
+	tick := h.plan.CreationTimestamp.Time.Truncate(time.Minute).Add(time.Minute).UTC()
+	h.clock.SetTime(tick.Add(2 * time.Second))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls [2]atomic.Int32
+	for i := range 2 {
+		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: testenv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+		require.NoError(t, err)
+		r := &Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: h.clock, Recorder: events.NewFakeRecorder(100)}
+		require.NoError(t, IndexBackupsByPlan(ctx, mgr))
+		counted := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+			if req.Namespace == h.ns {
+				calls[i].Add(1)
+			}
+			return r.Reconcile(ctx, req)
+		})
+		require.NoError(t, ctrl.NewControllerManagedBy(mgr).Named("plan-"+string(rune('a'+i))).
+			For(&backupsv1.Plan{}).Owns(&backupsv1.BackupJob{}).Complete(counted))
+		go func() { _ = mgr.Start(ctx) }()
+	}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		h.refresh()
+		return h.plan.Status.LastScheduleTime != nil && calls[0].Load() > 1 && calls[1].Load() > 1, nil
+	})
+	require.NoError(t, err, "both managers reconciled the Plan after the tick")
+	jobs := h.jobs()
+	require.Len(t, jobs, 1, "one BackupJob for the tick, whoever came first")
+	assert.Equal(t, backupsv1.PlanBackupJobName("nightly", tick), jobs[0].Name)
+	assert.Equal(t, tick, h.plan.Status.LastScheduleTime.Time.UTC())
+}
+
+func TestHistoryLimits(t *testing.T) {
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.SuccessfulJobsHistoryLimit = ptr(int32(2))
+		p.Spec.StartingDeadlineSeconds = ptr(int64(1)) // keep the schedule out of the way
+	})
+	base := h.plan.CreationTimestamp.Time
+	mk := func(name string, phase backupsv1.BackupJobPhase, doneAfter time.Duration) {
+		j := &backupsv1.BackupJob{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns, Labels: map[string]string{backupsv1.LabelPlan: "nightly"}},
+			Spec:       backupsv1.BackupJobSpec{ApplicationRef: h.plan.Spec.ApplicationRef, BackupClassName: "default"},
+		}
+		require.NoError(t, controllerutil.SetControllerReference(h.plan, j, testenv.Scheme))
+		require.NoError(t, env.Client.Create(h.ctx, j))
+		h.setJobPhase(name, phase, base.Add(doneAfter))
+	}
+	for i, name := range []string{"ok-1", "ok-2", "ok-3", "ok-4"} {
+		mk(name, backupsv1.BackupJobSucceeded, time.Duration(i)*time.Minute)
+	}
+	for i, name := range []string{"bad-1", "bad-2", "bad-3"} {
+		mk(name, backupsv1.BackupJobFailed, time.Duration(i)*time.Minute)
+	}
+	mk("running", backupsv1.BackupJobRunning, 0)
+	// A Backup of an old run must survive its BackupJob's deletion.
+	backup := newBackup(h, "ok-1", base, backupsv1.BackupReady)
+
+	h.reconcile()
+	var left []string
+	for _, j := range h.jobs() {
+		if j.DeletionTimestamp.IsZero() {
+			left = append(left, j.Name)
+		}
+	}
+	assert.ElementsMatch(t, []string{"ok-3", "ok-4", "bad-3", "running"}, left, "the newest 2 succeeded, the newest failed, and the active run stay")
+	require.NoError(t, env.Client.Get(h.ctx, client.ObjectKeyFromObject(backup), backup), "Backups are never history")
+	require.NotNil(t, h.plan.Status.LastSuccessfulTime)
+	assert.Equal(t, base.Add(3*time.Minute).Unix(), h.plan.Status.LastSuccessfulTime.Unix())
+	assert.Equal(t, []corev1.LocalObjectReference{{Name: "running"}}, h.plan.Status.Active)
+}
+
+func newBackup(h *harness, name string, takenAt time.Time, phase backupsv1.BackupPhase, conds ...metav1.Condition) *backupsv1.Backup {
+	h.t.Helper()
+	b := &backupsv1.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns},
+		Spec: backupsv1.BackupSpec{
+			ApplicationRef: h.plan.Spec.ApplicationRef,
+			PlanRef:        &corev1.LocalObjectReference{Name: h.plan.Name},
+			StrategyRef:    corev1.TypedLocalObjectReference{APIGroup: ptr("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "s"},
+			TakenAt:        metav1.NewTime(takenAt),
+		},
+	}
+	require.NoError(h.t, env.Client.Create(h.ctx, b))
+	b.Status.Phase = phase
+	b.Status.Conditions = conds
+	require.NoError(h.t, env.Client.Status().Update(h.ctx, b))
+	return b
+}
+
+func TestRetentionPrunesBackupsButNeverTheLastGood(t *testing.T) {
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.Retention = &backupsv1.RetentionPolicy{KeepLast: ptr(int32(1))}
+		p.Spec.StartingDeadlineSeconds = ptr(int64(1))
+	})
+	base := h.plan.CreationTimestamp.Time
+	partial := metav1.Condition{Type: backupsv1.ConditionPartiallyFailed, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonCompletedWithErrors, LastTransitionTime: metav1.NewTime(base)}
+	newBackup(h, "b-old", base.Add(-3*time.Hour), backupsv1.BackupReady)
+	newBackup(h, "b-good", base.Add(-2*time.Hour), backupsv1.BackupReady)
+	newBackup(h, "b-partial", base.Add(-time.Hour), backupsv1.BackupReady, partial)
+	newBackup(h, "b-pending", base.Add(-4*time.Hour), backupsv1.BackupPending)
+	// Another Plan's Backup in the same namespace is none of this Plan's business.
+	other := newBackup(h, "other", base.Add(-5*time.Hour), backupsv1.BackupReady)
+	require.NoError(t, env.Client.Delete(h.ctx, other))
+	other = &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: h.ns}, Spec: *other.Spec.DeepCopy()}
+	other.Spec.PlanRef.Name = "weekly"
+	require.NoError(t, env.Client.Create(h.ctx, other))
+	h.reconcile()
+
+	list := &backupsv1.BackupList{}
+	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
+	var left []string
+	for _, b := range list.Items {
+		left = append(left, b.Name)
+	}
+	assert.ElementsMatch(t, []string{"b-partial", "b-good", "b-pending", "other"}, left,
+		"keepLast 1 keeps the partial backup; the newest good one and the pending one are never pruned")
+	require.NotNil(t, h.plan.Status.LastBackupRef)
+	assert.Equal(t, "b-partial", h.plan.Status.LastBackupRef.Name)
+	assert.Equal(t, []string{"Normal BackupPruned Pruned Backup b-old: kept by no keepLast, keepDaily, keepWeekly or keepMonthly rule"}, h.drainEvents())
+}
+
+func TestReadyConditionIsObservable(t *testing.T) {
+	h := newHarness(t, nil)
+	h.reconcile()
+	ready := meta.FindStatusCondition(h.plan.Status.Conditions, backupsv1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, h.plan.Generation, ready.ObservedGeneration)
+}

@@ -1,0 +1,110 @@
+package plan
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
+
+// harness is one Plan under test with a fake clock and a recorder.
+type harness struct {
+	t      *testing.T
+	ctx    context.Context
+	ns     string
+	clock  *clocktesting.FakeClock
+	events *events.FakeRecorder
+	r      *Reconciler
+	plan   *backupsv1.Plan
+}
+
+func newHarness(t *testing.T, mutate func(*backupsv1.Plan)) *harness {
+	t.Helper()
+	h := &harness{t: t, ctx: context.Background(), ns: env.Namespace(t), events: events.NewFakeRecorder(100)}
+	h.plan = &backupsv1.Plan{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: h.ns},
+		Spec: backupsv1.PlanSpec{
+			ApplicationRef:  corev1.TypedLocalObjectReference{Kind: "VirtualMachine", Name: "vm1"},
+			BackupClassName: "default",
+			Schedule:        backupsv1.PlanSchedule{Cron: "0 * * * *"},
+		},
+	}
+	if mutate != nil {
+		mutate(h.plan)
+	}
+	require.NoError(t, env.Client.Create(h.ctx, h.plan))
+	// The clock starts at the Plan's creation, which the API server set.
+	h.clock = clocktesting.NewFakeClock(h.plan.CreationTimestamp.Time)
+	h.r = h.newReconciler()
+	return h
+}
+
+// newReconciler is a fresh instance, as after a restart.
+func (h *harness) newReconciler() *Reconciler {
+	return &Reconciler{Client: env.Client, APIReader: env.Client, Clock: h.clock, Recorder: h.events}
+}
+
+func (h *harness) reconcile() reconcile.Result {
+	h.t.Helper()
+	res, err := h.r.Reconcile(h.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(h.plan)})
+	require.NoError(h.t, err)
+	h.refresh()
+	return res
+}
+
+func (h *harness) refresh() {
+	h.t.Helper()
+	require.NoError(h.t, env.Client.Get(h.ctx, client.ObjectKeyFromObject(h.plan), h.plan))
+}
+
+func (h *harness) jobs() []backupsv1.BackupJob {
+	h.t.Helper()
+	list := &backupsv1.BackupJobList{}
+	require.NoError(h.t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
+	return list.Items
+}
+
+// nextTick is the first whole hour after the Plan's creation (its schedule is hourly by default).
+func (h *harness) hour(n int) time.Time {
+	return h.plan.CreationTimestamp.Time.Truncate(time.Hour).Add(time.Duration(n) * time.Hour).UTC()
+}
+
+func (h *harness) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// setJobPhase writes a BackupJob's status as a driver would.
+func (h *harness) setJobPhase(name string, phase backupsv1.BackupJobPhase, completed time.Time) {
+	h.t.Helper()
+	j := &backupsv1.BackupJob{}
+	require.NoError(h.t, env.Client.Get(h.ctx, client.ObjectKey{Namespace: h.ns, Name: name}, j))
+	j.Status.Phase = phase
+	j.Status.StartedAt = &metav1.Time{Time: completed.Add(-time.Minute)}
+	if phase.IsTerminal() {
+		j.Status.CompletedAt = &metav1.Time{Time: completed}
+	}
+	require.NoError(h.t, env.Client.Status().Update(h.ctx, j))
+}
