@@ -398,4 +398,3 @@ func ptrOr[T any](p *T, def T) T {
 	}
 	return *p
 }
-
