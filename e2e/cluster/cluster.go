@@ -52,6 +52,8 @@ type Options struct {
 	// ControllerManager also runs kube-controller-manager (namespace deletion, garbage
 	// collection, Jobs, service accounts).
 	ControllerManager bool
+	// ControllerManagerArgs are extra kube-controller-manager flags (later ones win).
+	ControllerManagerArgs []string
 	// CRDDirectoryPaths are installed (and waited for) before Start returns.
 	CRDDirectoryPaths []string
 	// Output receives the servers' logs; nil discards them.
@@ -115,7 +117,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if opts.ControllerManager {
-		if err := c.startControllerManager(ctx, assets, opts.Output); err != nil {
+		if err := c.startControllerManager(ctx, assets, opts.Output, opts.ControllerManagerArgs); err != nil {
 			_ = c.Stop()
 			return nil, err
 		}
@@ -136,7 +138,7 @@ func (c *Cluster) writeKubeconfig() error {
 	return os.WriteFile(c.Kubeconfig, data, 0o600)
 }
 
-func (c *Cluster) startControllerManager(ctx context.Context, assets string, out *os.File) error {
+func (c *Cluster) startControllerManager(ctx context.Context, assets string, out *os.File, extra []string) error {
 	bin := filepath.Join(assets, "kube-controller-manager")
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("kube-controller-manager missing from %s: run `make testbin`: %w", assets, err)
@@ -153,20 +155,21 @@ func (c *Cluster) startControllerManager(ctx context.Context, assets string, out
 	if err := os.MkdirAll(kcmDir, 0o700); err != nil {
 		return err
 	}
-	cmd := exec.Command(bin,
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig,
-		"--authorization-kubeconfig="+c.Kubeconfig,
+	args := []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+kcmDir,
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + kcmDir,
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
-		"--service-account-private-key-file="+filepath.Join(c.env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
-		"--root-ca-file="+caFile,
+		"--service-account-private-key-file=" + filepath.Join(c.env.ControlPlane.APIServer.CertDir, "sa-signer.key"),
+		"--root-ca-file=" + caFile,
 		"--controllers=*",
 		"--concurrent-gc-syncs=5",
-	)
+	}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var logBuf bytes.Buffer
 	if out != nil {

@@ -27,42 +27,54 @@ import (
 )
 
 func main() {
-	var (
-		metricsAddr, probeAddr, leaderNS string
-		leaderElect                      bool
-		claimTimeout                     time.Duration
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
-	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
-	flag.DurationVar(&claimTimeout, "driver-claim-timeout", backupjob.DefaultClaimTimeout, "How long a BackupJob may wait for a driver before it is flagged Accepted=False (NoDriverClaimed).")
+	var o options
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
+	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	flag.DurationVar(&o.claimTimeout, "driver-claim-timeout", backupjob.DefaultClaimTimeout, "How long a BackupJob may wait for a driver before it is flagged Accepted=False (NoDriverClaimed).")
+	flag.Float64Var(&o.qps, "kube-api-qps", 100, "Queries per second to the API server.")
+	flag.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
+	flag.IntVar(&o.workers, "plan-workers", 8, "Plans reconciled in parallel.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 
-	if err := run(ctrl.SetupSignalHandler(), metricsAddr, probeAddr, leaderNS, leaderElect, claimTimeout); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		ctrl.Log.Error(err, "Core controller failed")
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, metricsAddr, probeAddr, leaderNS string, leaderElect bool, claimTimeout time.Duration) error {
-	if claimTimeout <= 0 {
-		return fmt.Errorf("--driver-claim-timeout must be positive, got %s", claimTimeout)
+type options struct {
+	metricsAddr, probeAddr, leaderNS string
+	leaderElect                      bool
+	claimTimeout                     time.Duration
+	qps                              float64
+	burst, workers                   int
+}
+
+func run(ctx context.Context, o options) error {
+	if o.claimTimeout <= 0 {
+		return fmt.Errorf("--driver-claim-timeout must be positive, got %s", o.claimTimeout)
 	}
+	if o.workers < 1 {
+		return fmt.Errorf("--plan-workers must be at least 1, got %d", o.workers)
+	}
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(backupsv1.AddToScheme(scheme))
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "core-controller.backups.cozystack.io",
-		LeaderElectionNamespace: leaderNS,
+		LeaderElectionNamespace: o.leaderNS,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -73,14 +85,14 @@ func run(ctx context.Context, metricsAddr, probeAddr, leaderNS string, leaderEle
 		APIReader: mgr.GetAPIReader(),
 		Clock:     clk,
 		Recorder:  mgr.GetEventRecorder("coffer-core-controller"),
-	}).SetupWithManager(ctx, mgr); err != nil {
+	}).SetupWithManager(ctx, mgr, o.workers); err != nil {
 		return fmt.Errorf("setting up the Plan controller: %w", err)
 	}
 	if err := (&backupjob.Reconciler{
 		Client:       mgr.GetClient(),
 		Clock:        clk,
 		Recorder:     mgr.GetEventRecorder("coffer-core-controller"),
-		ClaimTimeout: claimTimeout,
+		ClaimTimeout: o.claimTimeout,
 		Started:      clk.Now(),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BackupJob controller: %w", err)
@@ -99,6 +111,6 @@ func run(ctx context.Context, metricsAddr, probeAddr, leaderNS string, leaderEle
 	}); err != nil {
 		return err
 	}
-	ctrl.Log.Info("Starting core controller", "driverClaimTimeout", claimTimeout, "leaderElection", leaderElect)
+	ctrl.Log.Info("Starting core controller", "driverClaimTimeout", o.claimTimeout, "leaderElection", o.leaderElect, "planWorkers", o.workers)
 	return mgr.Start(ctx)
 }

@@ -38,7 +38,7 @@ const (
 type Reconciler struct {
 	// Client reads through the cache and writes to the API server.
 	Client client.Client
-	// APIReader reads the API server directly; used to confirm a tick before creating its BackupJob.
+	// APIReader reads the API server directly (to inspect an object whose name a create found taken).
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Recorder  events.EventRecorder
@@ -117,7 +117,12 @@ func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
 
 // pruneHistory deletes the oldest terminal BackupJobs beyond the Plan's history limits. Backups are
 // never touched here: they carry no ownerReference to their BackupJob.
+//
+// The BackupJob of the Plan's newest tick is kept whatever the limits say: it is what makes a tick
+// fire exactly once even when the cache lags behind the Plan's last status write (a re-fire of
+// that tick then finds the name taken and adopts the job).
 func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
+	newest := newestJob(s.jobs)
 	limits := map[backupsv1.BackupJobPhase]int{
 		backupsv1.BackupJobSucceeded: int(ptrOr(s.plan.Spec.SuccessfulJobsHistoryLimit, backupsv1.DefaultSuccessfulJobsHistoryLimit)),
 		backupsv1.BackupJobFailed:    int(ptrOr(s.plan.Spec.FailedJobsHistoryLimit, backupsv1.DefaultFailedJobsHistoryLimit)),
@@ -125,7 +130,7 @@ func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
 	for phase, limit := range limits {
 		var done []backupsv1.BackupJob
 		for _, j := range s.jobs {
-			if j.Status.Phase == phase && j.DeletionTimestamp.IsZero() {
+			if j.Status.Phase == phase && j.DeletionTimestamp.IsZero() && j.Name != newest {
 				done = append(done, j)
 			}
 		}
@@ -140,6 +145,19 @@ func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
 		}
 	}
 	return nil
+}
+
+// newestJob names the BackupJob of the latest tick (by its scheduled-time annotation).
+func newestJob(jobs []backupsv1.BackupJob) string {
+	var name string
+	var latest time.Time
+	for _, j := range jobs {
+		t, err := time.Parse(time.RFC3339, j.Annotations[backupsv1.AnnotationScheduledTime])
+		if err == nil && (name == "" || t.After(latest)) {
+			name, latest = j.Name, t
+		}
+	}
+	return name
 }
 
 func finishedAt(j backupsv1.BackupJob) time.Time {
@@ -264,17 +282,6 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, 
 				tick.Format(time.RFC3339), plan.Status.Active[0].Name))
 		plan.Status.ObservedGeneration = plan.Generation
 		return requeue, nil
-	}
-
-	// The cache may lag behind our own last status write: confirm against the API server that
-	// this tick has not been dealt with already before creating anything.
-	live := &backupsv1.Plan{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(plan), live); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if live.ResourceVersion != s.orig.ResourceVersion {
-		*s.plan = *s.orig.DeepCopy() // write nothing from a stale view
-		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 
 	job, err := r.createJob(ctx, plan, tick)

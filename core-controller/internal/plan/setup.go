@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -24,12 +25,13 @@ func IndexBackupsByPlan(ctx context.Context, mgr ctrl.Manager) error {
 
 // SetupWithManager registers the reconciler: Plans, the BackupJobs they control, and the Backups
 // that name them.
-func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, workers int) error {
 	if err := IndexBackupsByPlan(ctx, mgr); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("core-plan").
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		For(&backupsv1.Plan{}).
 		Owns(&backupsv1.BackupJob{}).
 		Watches(&backupsv1.Backup{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
