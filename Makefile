@@ -12,6 +12,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GO_TEST_FLAGS ?= -race -count=1
 # The binaries of the local cluster live outside the checkout (hack/testbin.sh), so fresh clones reuse them.
 TESTBIN = $(shell hack/testbin.sh)
+VELEROBIN = $(shell hack/testbin.sh --velero)
 
 .PHONY: help
 help: ## List the targets.
@@ -51,17 +52,18 @@ build: ## Build every binary into bin/ (and check every module builds and vets a
 	done
 
 .PHONY: testbin
-testbin: ## Build the local cluster's binaries from source into ~/.cache/coffer/testbin (skips what is there).
+testbin: ## Build the local cluster's binaries (and Velero, MinIO) from source into ~/.cache/coffer/testbin (skips what is there).
 	hack/testbin.sh
+	hack/testbin.sh --velero
 
 .PHONY: test
 test: build ## Unit, envtest and real-server suites of every module (builds testbin when missing).
-	@export KUBEBUILDER_ASSETS="$(TESTBIN)"; \
+	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; \
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
 .PHONY: e2e
 e2e: build ## End-to-end suites on a local cluster of real processes.
-	export KUBEBUILDER_ASSETS="$(TESTBIN)"; cd e2e && go test -count=1 -tags e2e -timeout 60m ./...
+	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; cd e2e && go test -count=1 -tags e2e -timeout 60m ./...
 
 .PHONY: bench
 bench: ## Benchmarks against peers on this machine (Plan fire lag vs the CronJob controller, ...); takes minutes.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -29,12 +30,56 @@ func Build(root, component, binary, dir string) (string, error) {
 type Process struct {
 	cmd  *exec.Cmd
 	done chan error
-	Log  *bytes.Buffer
+	Log  *syncBuffer
+}
+
+// syncBuffer is a log buffer safe to read while the process writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Tail is the last few KiB of the process's output.
+func (p *Process) Tail() string {
+	s := p.Log.String()
+	if len(s) > 4096 {
+		s = s[len(s)-4096:]
+	}
+	return s
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
 }
 
 // Start runs a binary with args; its output goes to Log.
 func Start(bin string, args ...string) (*Process, error) {
-	p := &Process{cmd: exec.Command(bin, args...), done: make(chan error, 1), Log: &bytes.Buffer{}}
+	return StartWithEnv(bin, nil, args...)
+}
+
+// StartWithEnv runs a binary with args and, when env is not nil, exactly that environment.
+func StartWithEnv(bin string, env []string, args ...string) (*Process, error) {
+	p := &Process{cmd: exec.Command(bin, args...), done: make(chan error, 1), Log: &syncBuffer{}}
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.Log, p.Log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

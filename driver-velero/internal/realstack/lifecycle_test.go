@@ -1,0 +1,268 @@
+package realstack
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/e2e/velerostack"
+)
+
+func data(ns string) []client.Object {
+	labels := map[string]string{"app": "shop"}
+	return []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "catalog", Namespace: ns, Labels: labels}, Data: map[string]string{"items": "tea,coffee,cocoa", "currency": "EUR"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "prices", Namespace: ns, Labels: labels}, BinaryData: map[string][]byte{"blob": {0, 1, 2, 3, 254, 255}}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password", Namespace: ns, Labels: labels}, Data: map[string][]byte{"password": []byte("s3cr3t!")}},
+		&appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, Labels: labels},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr(int32(0)),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "shop:1.2.3", Args: []string{"--port=8080"}}}}},
+			},
+		},
+	}
+}
+
+// content is what must survive a backup and restore, byte for byte.
+func content(t *testing.T, ns string) map[string]any {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	for _, name := range []string{"catalog", "prices"} {
+		cm := &corev1.ConfigMap{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm))
+		out["cm/"+name] = []any{cm.Data, cm.BinaryData, cm.Labels["app"]}
+	}
+	sec := &corev1.Secret{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "db-password"}, sec))
+	out["secret"] = sec.Data
+	dep := &appsv1.Deployment{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, dep))
+	out["deployment"] = []any{dep.Spec.Template.Spec.Containers[0].Image, dep.Spec.Template.Spec.Containers[0].Args, *dep.Spec.Replicas}
+	return out
+}
+
+func backupJob(ns, name, class, kind string) *backupsv1.BackupJob {
+	return &backupsv1.BackupJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: kind, Name: "shop"}, BackupClassName: class},
+	}
+}
+
+func waitJob(t *testing.T, j *backupsv1.BackupJob) {
+	waitFor(t, "BackupJob "+j.Name+" to finish", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		return j.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(j), j)
+	})
+}
+
+// TestBackupDeleteRestore is the golden path on the real stack: back up a namespace, check the
+// artifact against the bucket, delete the objects, restore them, compare every byte.
+func TestBackupDeleteRestore(t *testing.T) {
+	ctx := context.Background()
+	shop(t, managedNS, "shop")
+	for _, o := range data(managedNS) {
+		require.NoError(t, cl.Create(ctx, o))
+	}
+	before := content(t, managedNS)
+
+	job := backupJob(managedNS, "nightly-1", "velero", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+	waitJob(t, job)
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	require.NotNil(t, job.Status.StartedAt)
+	require.NotNil(t, job.Status.CompletedAt)
+	require.Equal(t, "nightly-1", job.Status.BackupRef.Name)
+
+	b := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: "nightly-1"}, b))
+	assert.Empty(t, b.OwnerReferences, "a Backup outlives its BackupJob")
+	assert.Equal(t, backupsv1.BackupReady, b.Status.Phase)
+	assert.True(t, b.IsGood())
+	assert.Equal(t, "velerodriver.backups.cozystack.io", *b.Spec.StrategyRef.APIGroup)
+	assert.Equal(t, "apps.cozystack.io", *b.Spec.ApplicationRef.APIGroup)
+	vbName := b.Spec.DriverMetadata[names.MetaBackupName]
+	require.NotEmpty(t, vbName)
+	assert.Equal(t, velerostack.Namespace, b.Spec.DriverMetadata[names.MetaNamespace])
+	assert.Equal(t, velerostack.BSLName, b.Spec.DriverMetadata[names.MetaStorageLocation])
+
+	sum, size := bucketSHA256(t, velerostack.ObjectKey(vbName))
+	require.NotNil(t, b.Status.Artifact)
+	assert.Equal(t, sum, b.Status.Artifact.Checksum, "the checksum is that of the tarball in the bucket")
+	assert.Equal(t, size, b.Status.Artifact.SizeBytes)
+	assert.Equal(t, "s3://"+velerostack.Bucket+"/"+velerostack.ObjectKey(vbName), b.Status.Artifact.URI)
+	vb := &velerov1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: vbName}, vb))
+	assert.Equal(t, sum, vb.Annotations[backupsv1.AnnotationChecksum], "recorded on the Velero Backup too")
+	assert.Equal(t, string(job.UID), vb.Labels[backupsv1.LabelBackupJobUID])
+	assert.Equal(t, b.Spec.TakenAt.Unix(), vb.Status.StartTimestamp.Unix())
+
+	for _, o := range data(managedNS) {
+		require.NoError(t, cl.Delete(ctx, o))
+	}
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo", Namespace: managedNS},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"}}}
+	require.NoError(t, cl.Create(ctx, rj))
+	waitFor(t, "the restore", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		return rj.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(rj), rj)
+	})
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	assert.Equal(t, before, content(t, managedNS), "every object is back with identical data")
+
+	t.Run("restore into another namespace maps exactly and writes nothing elsewhere", func(t *testing.T) {
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: managedNS},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"},
+				Options: map[string]string{"targetNamespace": targetNS}}}
+		sourceVersions := versions(t, managedNS)
+		require.NoError(t, cl.Create(ctx, rj))
+		waitFor(t, "the restore into "+targetNS, 3*time.Minute, func(ctx context.Context) (bool, error) {
+			return rj.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(rj), rj)
+		})
+		require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+		assert.Equal(t, before, content(t, targetNS))
+		assert.Equal(t, sourceVersions, versions(t, managedNS), "the source namespace is untouched")
+		vr := &velerov1.Restore{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroRestore(rj)}, vr))
+		assert.Equal(t, map[string]string{managedNS: targetNS}, vr.Spec.NamespaceMapping)
+		assert.Equal(t, []string{managedNS}, vr.Spec.IncludedNamespaces)
+		assert.False(t, *vr.Spec.IncludeClusterResources)
+		// Everything the restore wrote carries its name; all of it is in the target namespace.
+		for _, list := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.SecretList{}, &appsv1.DeploymentList{}} {
+			require.NoError(t, cl.List(ctx, list, client.MatchingLabels{velerov1.RestoreNameLabel: vr.Name}))
+			items, _ := meta.ExtractList(list)
+			assert.NotEmpty(t, items)
+			for _, it := range items {
+				assert.Equal(t, targetNS, it.(client.Object).GetNamespace(), "restored object outside the target")
+			}
+		}
+
+		again := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "copy-again", Namespace: managedNS},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"},
+				Options: map[string]string{"targetNamespace": targetNS}}}
+		shop(t, targetNS, "shop")
+		require.NoError(t, cl.Create(ctx, again))
+		waitFor(t, "the refused restore", time.Minute, func(ctx context.Context) (bool, error) {
+			return again.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(again), again)
+		})
+		assert.Equal(t, backupsv1.RestoreJobFailed, again.Status.Phase)
+		assert.Contains(t, again.Status.Message, "namespace "+targetNS+" already holds Shop shop")
+	})
+
+	t.Run("deleting the Backup deletes the Velero backup and its data", func(t *testing.T) {
+		require.NoError(t, cl.Delete(ctx, b))
+		waitFor(t, "the Backup to be released", 3*time.Minute, func(ctx context.Context) (bool, error) {
+			err := cl.Get(ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		err := cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: vbName}, &velerov1.Backup{})
+		assert.True(t, apierrors.IsNotFound(err), "the Velero Backup is gone: %v", err)
+		_, err = stack.S3.StatObject(ctx, velerostack.Bucket, velerostack.ObjectKey(vbName), minio.StatObjectOptions{})
+		assert.Equal(t, "NoSuchKey", minio.ToErrorResponse(err).Code, "the tarball is gone from the bucket")
+	})
+}
+
+func versions(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, list := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.SecretList{}, &appsv1.DeploymentList{}} {
+		require.NoError(t, cl.List(context.Background(), list, client.InNamespace(ns)))
+		items, _ := meta.ExtractList(list)
+		for _, it := range items {
+			o := it.(client.Object)
+			out[o.GetName()] = o.GetResourceVersion()
+		}
+	}
+	return out
+}
+
+func TestTemplateFailureCreatesNothing(t *testing.T) {
+	ctx := context.Background()
+	shop(t, managedNS, "shop")
+	job := backupJob(managedNS, "broken-1", "broken", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+	waitJob(t, job)
+	assert.Equal(t, backupsv1.BackupJobFailed, job.Status.Phase)
+	ready := meta.FindStatusCondition(job.Status.Conditions, backupsv1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, backupsv1.ReasonTemplateRenderFailed, ready.Reason)
+	assert.Contains(t, job.Status.Message, `map has no entry for key "nope"`)
+	err := cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroBackup(job)}, &velerov1.Backup{})
+	assert.True(t, apierrors.IsNotFound(err), "no Velero Backup was created")
+}
+
+func TestMissingApplicationFails(t *testing.T) {
+	ctx := context.Background()
+	job := backupJob(managedNS, "ghost-1", "velero", "Shop")
+	job.Spec.ApplicationRef.Name = "ghost"
+	require.NoError(t, cl.Create(ctx, job))
+	waitJob(t, job)
+	assert.Equal(t, backupsv1.BackupJobFailed, job.Status.Phase)
+	assert.Equal(t, backupsv1.ReasonApplicationNotFound, meta.FindStatusCondition(job.Status.Conditions, backupsv1.ConditionReady).Reason)
+	assert.Contains(t, job.Status.Message, "Shop "+managedNS+"/ghost not found")
+}
+
+func TestForeignJobsAreUntouched(t *testing.T) {
+	ctx := context.Background()
+	for _, j := range []*backupsv1.BackupJob{
+		backupJob(managedNS, "other-driver", "velero", "Other"),    // resolves to the Job driver
+		backupJob(managedNS, "no-class", "missing", "Shop"),        // resolves to nothing
+		backupJob(managedNS, "no-strategy", "velero", "Unmatched"), // the class has no strategy for it
+	} {
+		require.NoError(t, cl.Create(ctx, j))
+		// Call the reconciler directly: the outcome does not depend on timing.
+		r := newBackupJobReconciler(cl, nil)
+		_, err := r.Reconcile(ctx, requestFor(j))
+		require.NoError(t, err)
+		require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(j), j))
+		assert.Empty(t, j.Status.Phase, j.Name)
+		assert.Empty(t, j.Status.Conditions, j.Name)
+	}
+}
+
+// TestAdoptionAfterCrash crashes the driver after it created the Velero Backup and before the
+// BackupJob status write; a new instance adopts the Velero Backup and finishes with exactly one.
+func TestAdoptionAfterCrash(t *testing.T) {
+	ctx := context.Background()
+	ns := "crash-" + strings.ToLower(time.Now().Format("150405"))
+	require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	shop(t, ns, "shop")
+	require.NoError(t, cl.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}, Data: map[string]string{"k": "v"}}))
+	job := backupJob(ns, "crashy", "velero", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+
+	crash := errors.New("killed before the status write")
+	r := newBackupJobReconciler(crashingStatus(crash), nil)
+	_, err := r.Reconcile(ctx, requestFor(job))
+	require.ErrorIs(t, err, crash)
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(job), job))
+	assert.Empty(t, job.Status.Phase, "the status write was lost")
+
+	r = newBackupJobReconciler(cl, nil) // restart
+	waitFor(t, "the adopted run to finish", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		if _, err := r.Reconcile(ctx, requestFor(job)); err != nil {
+			return false, err
+		}
+		return job.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(job), job)
+	})
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	list := &velerov1.BackupList{}
+	require.NoError(t, cl.List(ctx, list, client.InNamespace(velerostack.Namespace), client.MatchingLabels{backupsv1.LabelBackupJobUID: string(job.UID)}))
+	assert.Len(t, list.Items, 1, "exactly one Velero Backup for the run")
+}

@@ -1,0 +1,208 @@
+// Package realstack tests the Velero driver against a real kube-apiserver, a real Velero server and
+// a real S3 store (MinIO) on loopback.
+package realstack
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/backup"
+	"github.com/coffer-backup/coffer/driver-velero/internal/backupjob"
+	"github.com/coffer-backup/coffer/driver-velero/internal/restorejob"
+	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/e2e/velerostack"
+)
+
+// Namespaces the running manager serves; the other tests call reconcilers directly elsewhere.
+const (
+	managedNS = "shop"
+	targetNS  = "shop-copy"
+)
+
+var (
+	cl    client.WithWatch
+	stack *velerostack.Stack
+	sch   = cluster.Scheme
+)
+
+func init() {
+	utilruntime.Must(velerov1.AddToScheme(sch))
+	utilruntime.Must(veleroapi.AddToScheme(sch))
+}
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: []string{
+		filepath.Join(root, "deploy", "core-controller", "crd"),
+		filepath.Join(root, "deploy", "driver-velero", "crd"),
+		filepath.Join(filepath.Dir(file), "testdata"),
+	}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = c.Stop() }()
+	if stack, err = velerostack.Start(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "starting the Velero stack:", err)
+		return 1
+	}
+	defer stack.Stop()
+	if cl, err = client.NewWithWatch(c.Config, client.Options{Scheme: sch}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, ns := range []string{managedNS, targetNS} {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme:  sch,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{
+			managedNS: {}, targetNS: {}, velerostack.Namespace: {},
+		}},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	rec := events.NewFakeRecorder(1000)
+	go func() {
+		for range rec.Events { // drain
+		}
+	}()
+	if err := newBackupJobReconciler(mgr.GetClient(), rec).SetupWithManager(mgr); err == nil {
+		err = (&backup.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: rec}).SetupWithManager(mgr)
+		if err == nil {
+			err = (&restorejob.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: rec}).SetupWithManager(mgr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	go func() { _ = mgr.Start(ctx) }()
+	if err := fixtures(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "creating fixtures:", err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, "velero server log (tail):\n"+stack.VeleroLog())
+	}
+	return code
+}
+
+func newBackupJobReconciler(c client.Client, rec events.EventRecorder) *backupjob.Reconciler {
+	if rec == nil {
+		rec = &events.FakeRecorder{} // discards
+	}
+	return &backupjob.Reconciler{Client: c, Clock: clock.RealClock{}, Recorder: rec, HTTP: http.DefaultClient, DownloadTimeout: time.Minute}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fixtures: a strategy, a broken strategy, a class mapping Shop to the Velero driver and Other to
+// another driver.
+func fixtures(ctx context.Context) error {
+	objs := []client.Object{
+		&veleroapi.VeleroBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: "namespace"}, Spec: veleroapi.VeleroBackupStrategySpec{
+			VeleroNamespace: velerostack.Namespace,
+			BackupTemplate: veleroapi.VeleroTemplate{Spec: k8sruntime.RawExtension{Raw: []byte(`{
+				"includedNamespaces": ["{{ .Application.metadata.namespace }}"],
+				"storageLocation": "{{ .Parameters.backupStorageLocationName }}",
+				"snapshotVolumes": false, "ttl": "24h0m0s"}`)}},
+		}},
+		&veleroapi.VeleroBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Spec: veleroapi.VeleroBackupStrategySpec{
+			BackupTemplate: veleroapi.VeleroTemplate{Spec: k8sruntime.RawExtension{Raw: []byte(`{"includedNamespaces": ["{{ .Parameters.nope }}"]}`)}},
+		}},
+		&backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "velero"}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{
+			{Application: backupsv1.ApplicationSelector{Kind: "Shop"}, Parameters: map[string]string{"backupStorageLocationName": velerostack.BSLName},
+				StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr(veleroapi.Group), Kind: veleroapi.Kind, Name: "namespace"}},
+			{Application: backupsv1.ApplicationSelector{Kind: "Other"},
+				StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("jobdriver.backups.cozystack.io"), Kind: "JobBackupStrategy", Name: "x"}},
+		}}},
+		&backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "broken"}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{
+			{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+				StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr(veleroapi.Group), Kind: veleroapi.Kind, Name: "broken"}},
+		}}},
+	}
+	for _, o := range objs {
+		if err := cl.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shop creates a Shop application and returns it.
+func shop(t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("apps.cozystack.io/v1alpha1")
+	u.SetKind("Shop")
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.Object["spec"] = map[string]any{"size": "small"}
+	if err := cl.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, cond); err != nil {
+		t.Fatalf("waiting for %s: %v\nvelero log tail:\n%s", what, err, stack.VeleroLog())
+	}
+}
+
+// bucketSHA256 hashes an object of the bucket directly.
+func bucketSHA256(t *testing.T, key string) (string, int64) {
+	t.Helper()
+	obj, err := stack.S3.GetObject(context.Background(), velerostack.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n
+}

@@ -1,0 +1,254 @@
+// Package velerostack runs a real Velero server (out of cluster, with its AWS object-store plugin)
+// and a real MinIO S3 store on loopback against a local cluster. The binaries are built from
+// source by `hack/testbin.sh --velero` and found through COFFER_VELERO_ASSETS.
+package velerostack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/e2e/components"
+	"github.com/coffer-backup/coffer/e2e/manifests"
+)
+
+// AssetsEnv names the variable holding the directory of velero, velero-plugin-for-aws and minio.
+const AssetsEnv = "COFFER_VELERO_ASSETS"
+
+// Fixed names of the stack's objects.
+const (
+	Namespace = "velero"
+	BSLName   = "default"
+	Bucket    = "coffer"
+	Prefix    = "velero"
+	accessKey = "coffer-test"
+	secretKey = "coffer-test-secret"
+)
+
+// Stack is a running Velero server and MinIO.
+type Stack struct {
+	// S3Endpoint is MinIO's host:port on loopback.
+	S3Endpoint string
+	// S3 is a client of the bucket, for tests that check what is stored.
+	S3 *minio.Client
+
+	minio, velero *components.Process
+}
+
+// Assets returns the directory of the stack's binaries or an error saying how to build them.
+func Assets() (string, error) {
+	dir := os.Getenv(AssetsEnv)
+	if dir == "" {
+		return "", fmt.Errorf("%s is not set: run the tests through `make test`, or export %s=$(hack/testbin.sh --velero)", AssetsEnv, AssetsEnv)
+	}
+	for _, b := range []string{"velero", "velero-plugin-for-aws", "minio"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("%s=%s lacks %s: run `hack/testbin.sh --velero`: %w", AssetsEnv, dir, b, err)
+		}
+	}
+	return dir, nil
+}
+
+// Start brings MinIO and Velero up against c and returns once the storage location is Available.
+func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	dir := filepath.Join(c.Dir, "velero-stack")
+	for _, d := range []string{"minio", "plugins", "tmp", "home"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.startMinIO(ctx, assets, dir); err != nil {
+		return nil, err
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	if err := installVelero(ctx, cl, filepath.Join(assets, "velero"), s.S3Endpoint); err != nil {
+		return nil, err
+	}
+	if err := os.Symlink(filepath.Join(assets, "velero-plugin-for-aws"), filepath.Join(dir, "plugins", "velero-plugin-for-aws")); err != nil {
+		return nil, err
+	}
+	metricsPort, _ := cluster.FreePort()
+	profilerPort, _ := cluster.FreePort()
+	s.velero, err = components.StartWithEnv(filepath.Join(assets, "velero"),
+		[]string{"TMPDIR=" + filepath.Join(dir, "tmp"), "HOME=" + filepath.Join(dir, "home"), "PATH=" + os.Getenv("PATH")},
+		"server", "--kubeconfig="+c.Kubeconfig, "--namespace="+Namespace, "--plugin-dir="+filepath.Join(dir, "plugins"),
+		"--metrics-address=127.0.0.1:"+strconv.Itoa(metricsPort), "--profiler-address=127.0.0.1:"+strconv.Itoa(profilerPort),
+		"--store-validation-frequency=10s", "--log-level=info")
+	if err != nil {
+		return nil, fmt.Errorf("starting velero server: %w", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if s.velero.Exited() {
+			return false, fmt.Errorf("velero server exited: %s", s.velero.Tail())
+		}
+		bsl := &unstructured.Unstructured{}
+		bsl.SetAPIVersion("velero.io/v1")
+		bsl.SetKind("BackupStorageLocation")
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: BSLName}, bsl); err != nil {
+			return false, err
+		}
+		phase, _, _ := unstructured.NestedString(bsl.Object, "status", "phase")
+		return phase == "Available", nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the BackupStorageLocation to become Available: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Stack) startMinIO(ctx context.Context, assets, dir string) error {
+	port, err := cluster.FreePort()
+	if err != nil {
+		return err
+	}
+	console, err := cluster.FreePort()
+	if err != nil {
+		return err
+	}
+	s.S3Endpoint = "127.0.0.1:" + strconv.Itoa(port)
+	s.minio, err = components.StartWithEnv(filepath.Join(assets, "minio"),
+		[]string{"MINIO_ROOT_USER=" + accessKey, "MINIO_ROOT_PASSWORD=" + secretKey, "MINIO_UPDATE=off", "MINIO_BROWSER=off",
+			"HOME=" + filepath.Join(dir, "home")},
+		"server", filepath.Join(dir, "minio"), "--address", s.S3Endpoint, "--console-address", "127.0.0.1:"+strconv.Itoa(console), "--quiet")
+	if err != nil {
+		return fmt.Errorf("starting minio: %w", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if s.minio.Exited() {
+			return false, fmt.Errorf("minio exited: %s", s.minio.Tail())
+		}
+		resp, err := http.Get("http://" + s.S3Endpoint + "/minio/health/live")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for minio: %w", err)
+	}
+	s.S3, err = minio.New(s.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, "")})
+	if err != nil {
+		return err
+	}
+	return s.S3.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{Region: "us-east-1"})
+}
+
+// installVelero applies Velero's CRDs (as `velero install --crds-only` prints them), its namespace,
+// credentials, storage location, and the zero-replica Deployment its restore actions look up.
+func installVelero(ctx context.Context, cl client.Client, velero, endpoint string) error {
+	out, err := exec.CommandContext(ctx, velero, "install", "--crds-only", "--dry-run", "-o", "yaml").Output()
+	if err != nil {
+		return fmt.Errorf("velero install --crds-only: %w", err)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err == io.EOF {
+			break
+		} else if err != nil {
+			return fmt.Errorf("decoding Velero's CRDs: %w", err)
+		}
+		if u.GetKind() == "CustomResourceDefinition" {
+			objs = append(objs, u)
+		} else if u.GetKind() == "List" {
+			items, _, _ := unstructured.NestedSlice(u.Object, "items")
+			for _, it := range items {
+				if m, ok := it.(map[string]any); ok && m["kind"] == "CustomResourceDefinition" {
+					objs = append(objs, &unstructured.Unstructured{Object: m})
+				}
+			}
+		}
+	}
+	if len(objs) == 0 {
+		return fmt.Errorf("velero install --crds-only printed no CRDs")
+	}
+	if err := manifests.Apply(ctx, cl, objs); err != nil {
+		return err
+	}
+	creds := fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", accessKey, secretKey)
+	replicas := int32(0)
+	labels := map[string]string{"component": "velero"}
+	bsl := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
+		"metadata": map[string]any{"name": BSLName, "namespace": Namespace},
+		"spec": map[string]any{
+			"provider":      "aws",
+			"default":       true,
+			"objectStorage": map[string]any{"bucket": Bucket, "prefix": Prefix},
+			"credential":    map[string]any{"name": "cloud-credentials", "key": "cloud"},
+			"config":        map[string]any{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": "http://" + endpoint},
+		},
+	}}
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials", Namespace: Namespace}, StringData: map[string]string{"cloud": creds}},
+		&appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "velero", Namespace: Namespace},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: &replicas,
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "velero", Image: "velero/velero:placeholder"}}},
+				},
+			},
+		},
+		bsl,
+	} {
+		if err := cl.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// ObjectKey is where Velero stores a backup's tarball in the bucket.
+func ObjectKey(backup string) string {
+	return strings.Join([]string{Prefix, "backups", backup, backup + ".tar.gz"}, "/")
+}
+
+// Stop stops Velero and MinIO.
+func (s *Stack) Stop() {
+	for _, p := range []*components.Process{s.velero, s.minio} {
+		if p != nil {
+			p.Stop(5 * time.Second)
+		}
+	}
+}
+
+// VeleroLog is the tail of the Velero server's log, for failure messages.
+func (s *Stack) VeleroLog() string { return s.velero.Tail() }
