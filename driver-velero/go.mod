@@ -6,6 +6,7 @@ require (
 	github.com/coffer-backup/coffer/apis v0.0.0
 	github.com/coffer-backup/coffer/e2e v0.0.0
 	github.com/minio/minio-go/v7 v7.4.1
+	github.com/prometheus/client_golang v1.24.0
 	github.com/stretchr/testify v1.12.1
 	github.com/vmware-tanzu/velero v1.18.3
 	k8s.io/api v0.37.2
@@ -57,7 +58,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_golang v1.24.0 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect

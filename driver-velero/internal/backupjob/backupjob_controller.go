@@ -21,8 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
-	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/strategy"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/metrics"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
 	"github.com/coffer-backup/coffer/driver-velero/internal/resolve"
 	"github.com/coffer-backup/coffer/driver-velero/pkg/download"
@@ -73,6 +74,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		err := r.Client.Status().Patch(ctx, s.job, client.MergeFromWithOptions(s.orig, client.MergeFromWithOptimisticLock{}))
 		if err != nil && retErr == nil {
 			res, retErr = reconcile.Result{}, fmt.Errorf("patching BackupJob status: %w", err)
+			return
+		}
+		if err == nil && s.job.IsTerminal() {
+			metrics.Finished("backup", string(s.job.Status.Phase), s.job.Status.CompletedAt.Sub(s.job.Status.StartedAt.Time).Seconds())
 		}
 	}()
 	if job.Status.Phase != backupsv1.BackupJobRunning {
@@ -224,6 +229,7 @@ func (r *Reconciler) measure(ctx context.Context, vb *velerov1.Backup) (*backups
 	if err != nil {
 		return nil, fmt.Errorf("hashing velero backup %s: %w", vb.Name, err)
 	}
+	metrics.ArtifactBytes.Add(float64(d.SizeBytes))
 	uri, err := r.artifactURI(ctx, vb)
 	if err != nil {
 		return nil, err

@@ -266,3 +266,35 @@ func TestAdoptionAfterCrash(t *testing.T) {
 	require.NoError(t, cl.List(ctx, list, client.InNamespace(velerostack.Namespace), client.MatchingLabels{backupsv1.LabelBackupJobUID: string(job.UID)}))
 	assert.Len(t, list.Items, 1, "exactly one Velero Backup for the run")
 }
+
+// TestArtifactExpiredOutsideCoffer removes the Velero backup the way its TTL does (a
+// DeleteBackupRequest from Velero's own GC): the Backup stays, marked ArtifactAvailable=False.
+func TestArtifactExpiredOutsideCoffer(t *testing.T) {
+	ctx := context.Background()
+	shop(t, managedNS, "shop")
+	job := backupJob(managedNS, "expiring-1", "velero", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+	waitJob(t, job)
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	vbName := names.VeleroBackup(job)
+	require.NoError(t, cl.Create(ctx, &velerov1.DeleteBackupRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "ttl-expired", Namespace: velerostack.Namespace},
+		Spec:       velerov1.DeleteBackupRequestSpec{BackupName: vbName},
+	}))
+	b := &backupsv1.Backup{}
+	waitFor(t, "the Backup to show its artifact gone", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: job.Name}, b); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+		return c != nil && c.Status == metav1.ConditionFalse, nil
+	})
+	assert.Equal(t, backupsv1.ReasonArtifactMissing, meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable).Reason)
+	assert.False(t, b.IsGood(), "a Backup without its artifact is never the last good one")
+
+	require.NoError(t, cl.Delete(ctx, b))
+	waitFor(t, "the Backup to be released", time.Minute, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}

@@ -121,6 +121,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	cancel() // stop the manager's watches first, or the API server waits for them on shutdown
 	if code != 0 {
 		fmt.Fprintln(os.Stderr, "velero server log (tail):\n"+stack.VeleroLog())
 	}

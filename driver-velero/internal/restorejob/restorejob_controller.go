@@ -22,9 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
-	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/strategy"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/driver-velero/internal/backupjob"
+	"github.com/coffer-backup/coffer/driver-velero/internal/metrics"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
 	"github.com/coffer-backup/coffer/driver-velero/internal/resolve"
 )
@@ -68,8 +69,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		if apiequality.Semantic.DeepEqual(orig.Status, rj.Status) {
 			return
 		}
-		if err := r.Client.Status().Patch(ctx, rj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && retErr == nil {
+		err := r.Client.Status().Patch(ctx, rj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		if err != nil && retErr == nil {
 			res, retErr = reconcile.Result{}, fmt.Errorf("patching RestoreJob status: %w", err)
+			return
+		}
+		if err == nil && rj.IsTerminal() {
+			metrics.Finished("restore", string(rj.Status.Phase), rj.Status.CompletedAt.Sub(rj.Status.StartedAt.Time).Seconds())
 		}
 	}()
 	if rj.Status.Phase != backupsv1.RestoreJobRunning {
@@ -217,4 +223,3 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&velerov1.Restore{}, handler.EnqueueRequestsFromMapFunc(names.RunOf)).
 		Complete(r)
 }
-
