@@ -68,6 +68,8 @@ type Cluster struct {
 	Kubeconfig string
 	// Dir holds the cluster's state.
 	Dir string
+	// EtcdURL is the client URL of the cluster's etcd.
+	EtcdURL string
 
 	env     *envtest.Environment
 	kcm     *exec.Cmd
@@ -112,6 +114,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
 	}
 	c.Config = cfg
+	c.EtcdURL = c.env.ControlPlane.Etcd.URL.String()
 	if err := c.writeKubeconfig(); err != nil {
 		_ = c.Stop()
 		return nil, err

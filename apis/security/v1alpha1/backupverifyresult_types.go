@@ -81,6 +81,12 @@ type BackupVerifyResultSpec struct {
 	// +optional
 	ObjectsRestored int32 `json:"objectsRestored,omitempty"`
 
+	// details are backend facts recorded by the run, e.g. an etcd snapshot's revision, totalKeys,
+	// totalSizeBytes and hash.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Details map[string]string `json:"details,omitempty"`
+
 	// findings of the run, worst first.
 	// +optional
 	// +listType=atomic

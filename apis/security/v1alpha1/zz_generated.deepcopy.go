@@ -88,6 +88,13 @@ func (in *BackupVerifyResultSpec) DeepCopyInto(out *BackupVerifyResultSpec) {
 	*out = *in
 	out.RunRef = in.RunRef
 	out.BackupRef = in.BackupRef
+	if in.Details != nil {
+		in, out := &in.Details, &out.Details
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.Findings != nil {
 		in, out := &in.Findings, &out.Findings
 		*out = make([]Finding, len(*in))

@@ -1,0 +1,87 @@
+// Command verifier runs the backup-verify operator: BackupVerifyRuns of Velero backups and etcd
+// snapshots, checksum-only or full-restore, each ending in one BackupVerifyResult and SecurityEvents.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
+	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
+)
+
+type options struct {
+	metricsAddr, probeAddr, leaderNS    string
+	clusterID, clusterName, snapshotDir string
+	leaderElect                         bool
+	downloadTimeout                     time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
+	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	flag.StringVar(&o.clusterID, "cluster-id", "", "Cluster id recorded in every SecurityEvent.")
+	flag.StringVar(&o.clusterName, "cluster-name", "", "Cluster name recorded in every SecurityEvent.")
+	flag.StringVar(&o.snapshotDir, "etcd-snapshot-dir", "/var/lib/etcd-snapshots", "Directory of etcd snapshots; a run's backupRef.name is a path inside it.")
+	flag.DurationVar(&o.downloadTimeout, "download-timeout", 2*time.Minute, "How long to wait for Velero to answer a DownloadRequest.")
+	zo := zap.Options{}
+	zo.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+		ctrl.Log.Error(err, "Verifier failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(securityv1.AddToScheme(scheme))
+	utilruntime.Must(velerov1.AddToScheme(scheme))
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "backup-verify.security.ugallu.io",
+		LeaderElectionNamespace: o.leaderNS,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	r := &verifyrun.Reconciler{
+		Client: mgr.GetClient(),
+		Velero: &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), HTTP: http.DefaultClient, DownloadTimeout: o.downloadTimeout},
+		Clock:  clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
+		EtcdSnapshotDir: o.snapshotDir, ClusterID: o.clusterID, ClusterName: o.clusterName,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,230 @@
+// Package realstack tests the verifier against a real kube-apiserver and etcd, a real Velero
+// server and a real S3 store (MinIO) on loopback.
+package realstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
+	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
+)
+
+var (
+	cl      client.WithWatch
+	stack   *velerostack.Stack
+	lc      *cluster.Cluster
+	snapDir string
+)
+
+func init() { utilruntime.Must(velerov1.AddToScheme(cluster.Scheme)) }
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	var err error
+	lc, err = cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: []string{filepath.Join(root, "deploy", "verifier", "crd")}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = lc.Stop() }()
+	if stack, err = velerostack.Start(ctx, lc); err != nil {
+		fmt.Fprintln(os.Stderr, "starting the Velero stack:", err)
+		return 1
+	}
+	defer stack.Stop()
+	if cl, err = client.NewWithWatch(lc.Config, client.Options{Scheme: cluster.Scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if snapDir, err = os.MkdirTemp("", "etcd-snapshots-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(snapDir)
+	return m.Run()
+}
+
+// harness is a reconciler with a fake clock, called directly so that tests control every step.
+type harness struct {
+	t     *testing.T
+	clock *clocktesting.FakeClock
+	r     *verifyrun.Reconciler
+}
+
+func newHarness(t *testing.T) *harness {
+	h := &harness{t: t, clock: clocktesting.NewFakeClock(time.Now())}
+	h.r = h.reconciler(cl)
+	return h
+}
+
+// reconciler is a fresh instance, as after a restart; reader lets tests inject faults.
+func (h *harness) reconciler(reader client.Reader) *verifyrun.Reconciler {
+	return &verifyrun.Reconciler{
+		Client:          cl,
+		Velero:          &velerocheck.Checker{Reader: reader, Client: cl, HTTP: http.DefaultClient, DownloadTimeout: time.Minute},
+		Clock:           h.clock,
+		Recorder:        &events.FakeRecorder{},
+		EtcdSnapshotDir: snapDir,
+		ClusterID:       "c-123", ClusterName: "test",
+	}
+}
+
+// step reconciles once.
+func (h *harness) step(run *securityv1.BackupVerifyRun) reconcile.Result {
+	h.t.Helper()
+	res, err := h.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+	require.NoError(h.t, err)
+	require.NoError(h.t, cl.Get(context.Background(), client.ObjectKeyFromObject(run), run))
+	return res
+}
+
+// finish reconciles until the run is terminal (waiting for Velero between steps).
+func (h *harness) finish(run *securityv1.BackupVerifyRun) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		h.step(run)
+		return run.Status.Phase.IsTerminal(), nil
+	})
+	require.NoError(h.t, err, "run %s did not finish; velero log:\n%s", run.Name, stack.VeleroLog())
+}
+
+func newRun(t *testing.T, name string, spec securityv1.BackupVerifyRunSpec) *securityv1.BackupVerifyRun {
+	t.Helper()
+	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: spec}
+	require.NoError(t, cl.Create(context.Background(), run))
+	return run
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// namespaceWithData creates ns with objects of several kinds.
+func namespaceWithData(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"app": "web"}
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: ns}, Data: map[string]string{"mode": "prod"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns}, Data: map[string]string{"beta": "true"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "token", Namespace: ns}, Data: map[string][]byte{"t": []byte("x")}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: corev1.ServiceSpec{
+			Selector: labels, Ports: []corev1.ServicePort{{Port: 80}}}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(int32(0)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web:1"}}}}}},
+	} {
+		require.NoError(t, cl.Create(ctx, o))
+	}
+}
+
+// veleroBackup takes a real Velero backup of namespaces and, when record is set, records the
+// tarball's checksum on it as driver-velero does.
+func veleroBackup(t *testing.T, name string, record bool, namespaces ...string) *velerov1.Backup {
+	t.Helper()
+	ctx := context.Background()
+	vb := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: velerostack.Namespace},
+		Spec: velerov1.BackupSpec{IncludedNamespaces: namespaces, StorageLocation: velerostack.BSLName, SnapshotVolumes: ptr(false)}}
+	require.NoError(t, cl.Create(ctx, vb))
+	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(vb), vb); err != nil {
+			return false, err
+		}
+		return vb.Status.Phase == velerov1.BackupPhaseCompleted, nil
+	})
+	require.NoError(t, err, "velero backup %s: %s\n%s", name, vb.Status.Phase, stack.VeleroLog())
+	if record {
+		if vb.Annotations == nil {
+			vb.Annotations = map[string]string{}
+		}
+		vb.Annotations[backupsv1.AnnotationChecksum] = "sha256:" + hex.EncodeToString(bucketSum(t, velerostack.ObjectKey(name)))
+		require.NoError(t, cl.Update(ctx, vb))
+	}
+	return vb
+}
+
+func bucketObject(t *testing.T, key string) []byte {
+	t.Helper()
+	obj, err := stack.S3.GetObject(context.Background(), velerostack.Bucket, key, minio.GetObjectOptions{})
+	require.NoError(t, err)
+	defer obj.Close()
+	b, err := io.ReadAll(obj)
+	require.NoError(t, err)
+	return b
+}
+
+func bucketSum(t *testing.T, key string) []byte {
+	s := sha256.Sum256(bucketObject(t, key))
+	return s[:]
+}
+
+func putBucketObject(t *testing.T, key string, data []byte) {
+	t.Helper()
+	_, err := stack.S3.PutObject(context.Background(), velerostack.Bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
+	require.NoError(t, err)
+}
+
+// securityEvents lists the SecurityEvents of a run by type.
+func securityEvents(t *testing.T, run *securityv1.BackupVerifyRun) map[string][]securityv1.SecurityEvent {
+	t.Helper()
+	list := &securityv1.SecurityEventList{}
+	require.NoError(t, cl.List(context.Background(), list, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}))
+	out := map[string][]securityv1.SecurityEvent{}
+	for _, e := range list.Items {
+		out[e.Spec.Type] = append(out[e.Spec.Type], e)
+	}
+	return out
+}
+
+func result(t *testing.T, run *securityv1.BackupVerifyRun) *securityv1.BackupVerifyResult {
+	t.Helper()
+	res := &securityv1.BackupVerifyResult{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res))
+	return res
+}
+
+func codes(fs []securityv1.Finding) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Code)
+	}
+	return out
+}
+
+func uniq(prefix string) string {
+	return prefix + "-" + strings.ToLower(fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff))
+}

@@ -1,0 +1,337 @@
+package realstack
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
+)
+
+func veleroRun(t *testing.T, name, backup string, m securityv1.Mode, sandbox string) *securityv1.BackupVerifyRun {
+	return newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
+		BackupRef: securityv1.BackupRef{Name: backup, Namespace: velerostack.Namespace}, Mode: m, SandboxNamespace: sandbox,
+		Timeout: &metav1.Duration{Duration: 10 * time.Minute}})
+}
+
+func TestChecksumOnly(t *testing.T) {
+	ns := uniq("cs")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+
+	t.Run("a sound backup verifies", func(t *testing.T) {
+		h := newHarness(t)
+		run := veleroRun(t, "cs-ok", vb.Name, securityv1.ModeChecksumOnly, "")
+		h.step(run)
+		assert.Equal(t, securityv1.RunRunning, run.Status.Phase)
+		require.NotNil(t, run.Status.StartTime)
+		assert.Len(t, securityEvents(t, run)[securityv1.EventBackupVerifyStarted], 1)
+		h.finish(run)
+		assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		res := result(t, run)
+		assert.Equal(t, res.Spec.RecordedChecksum, res.Spec.ComputedChecksum)
+		assert.Equal(t, vb.Annotations["backups.cozystack.io/checksum"], res.Spec.ComputedChecksum)
+		assert.Positive(t, res.Spec.SizeBytes)
+		assert.Equal(t, securityv1.SeverityInfo, res.Status.WorstSeverity)
+		assert.Equal(t, run.UID, res.Spec.RunRef.UID)
+		ev := securityEvents(t, run)
+		require.Len(t, ev[securityv1.EventBackupVerifyCompleted], 1)
+		done := ev[securityv1.EventBackupVerifyCompleted][0]
+		assert.Equal(t, securityv1.ClassCompliance, done.Spec.Class)
+		assert.Equal(t, "c-123", done.Spec.ClusterID)
+		assert.Equal(t, "test", done.Spec.ClusterName)
+		assert.Equal(t, run.Name, done.Spec.Subject.Name)
+
+		// Terminal runs are never touched again.
+		rv := run.ResourceVersion
+		h.step(run)
+		assert.Equal(t, rv, run.ResourceVersion)
+	})
+
+	t.Run("one flipped byte in the stored tarball is a critical mismatch", func(t *testing.T) {
+		key := velerostack.ObjectKey(vb.Name)
+		orig := bucketObject(t, key)
+		flipped := append([]byte(nil), orig...)
+		flipped[len(flipped)/2] ^= 0x01
+		putBucketObject(t, key, flipped)
+		t.Cleanup(func() { putBucketObject(t, key, orig) })
+
+		h := newHarness(t)
+		run := veleroRun(t, "cs-flipped", vb.Name, securityv1.ModeChecksumOnly, "")
+		h.finish(run)
+		assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
+		res := result(t, run)
+		assert.Equal(t, securityv1.SeverityCritical, res.Status.WorstSeverity)
+		assert.Equal(t, []string{securityv1.CodeChecksumMismatch}, codes(res.Spec.Findings))
+		assert.NotEqual(t, res.Spec.RecordedChecksum, res.Spec.ComputedChecksum)
+		ev := securityEvents(t, run)
+		require.Len(t, ev[securityv1.EventBackupVerifyMismatch], 1)
+		assert.Equal(t, securityv1.ClassDetection, ev[securityv1.EventBackupVerifyMismatch][0].Spec.Class)
+		assert.Empty(t, ev[securityv1.EventBackupVerifyCompleted])
+	})
+}
+
+func TestChecksumNotRecorded(t *testing.T) {
+	ns := uniq("nr")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, false, ns)
+	h := newHarness(t)
+	run := veleroRun(t, "cs-unrecorded", vb.Name, securityv1.ModeChecksumOnly, "")
+	h.finish(run)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "nothing contradicts the backup, but it is reported")
+	res := result(t, run)
+	assert.Equal(t, []string{securityv1.CodeChecksumNotRecorded}, codes(res.Spec.Findings))
+	assert.Equal(t, securityv1.SeverityMedium, res.Status.WorstSeverity)
+	assert.Empty(t, res.Spec.RecordedChecksum)
+	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, res.Spec.ComputedChecksum, "the computed value is in the Result")
+}
+
+func TestBackupNotFoundAndCRDMissing(t *testing.T) {
+	h := newHarness(t)
+	run := veleroRun(t, "cs-missing", "no-such-backup", securityv1.ModeChecksumOnly, "")
+	h.finish(run)
+	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+	assert.Equal(t, securityv1.SeverityHigh, run.Status.WorstSeverity)
+	assert.Equal(t, []string{securityv1.CodeVeleroBackupNotFound}, codes(result(t, run).Spec.Findings))
+	assert.Len(t, securityEvents(t, run)[securityv1.EventBackupVerifyMismatch], 1, "high flips the event to Detection")
+
+	// A cluster without Velero's CRDs, as the API server reports it.
+	noVelero := interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*velerov1.Backup); ok {
+			return &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "velero.io", Kind: "Backup"}, SearchedVersions: []string{"v1"}}
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}})
+	h2 := newHarness(t)
+	h2.r = h2.reconciler(noVelero)
+	run2 := veleroRun(t, "cs-nocrd", "any", securityv1.ModeFullRestore, "nocrd-bvsandbox")
+	h2.finish(run2)
+	assert.Equal(t, securityv1.RunFailed, run2.Status.Phase)
+	assert.Equal(t, []string{securityv1.CodeVeleroCRDMissing}, codes(result(t, run2).Spec.Findings))
+	err := cl.Get(context.Background(), client.ObjectKey{Name: "nocrd-bvsandbox"}, &corev1.Namespace{})
+	assert.True(t, apierrors.IsNotFound(err), "failed fast: no sandbox was created")
+}
+
+// inventory lists every ConfigMap, Secret, ServiceAccount, Service and Deployment outside sandboxes.
+func inventory(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, list := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.SecretList{}, &corev1.ServiceAccountList{}, &corev1.ServiceList{}, &appsv1.DeploymentList{}} {
+		require.NoError(t, cl.List(context.Background(), list))
+		items, _ := meta.ExtractList(list)
+		for _, it := range items {
+			o := it.(client.Object)
+			if len(o.GetNamespace()) > 10 && o.GetNamespace()[len(o.GetNamespace())-10:] == "-bvsandbox" {
+				continue
+			}
+			out = append(out, o.GetObjectKind().GroupVersionKind().Kind+" "+o.GetNamespace()+"/"+o.GetName()+"@"+o.GetResourceVersion())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestFullRestore(t *testing.T) {
+	ns := uniq("fr")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	before := inventory(t)
+
+	h := newHarness(t)
+	sandbox := ns + "-bvsandbox"
+	run := veleroRun(t, "fr-ok", vb.Name, securityv1.ModeFullRestore, sandbox)
+	h.step(run) // Running
+	res := h.step(run)
+	assert.Equal(t, 10*time.Second, res.RequeueAfter, "polls the Restore every 10 s")
+	sb := &corev1.Namespace{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb))
+	assert.Equal(t, string(run.UID), sb.Labels[securityv1.LabelRunUID])
+	vr := &velerov1.Restore{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RestoreName(run)}, vr))
+	assert.Equal(t, map[string]string{ns: sandbox}, vr.Spec.NamespaceMapping, "an exact mapping, never a wildcard")
+	assert.Equal(t, []string{ns}, vr.Spec.IncludedNamespaces)
+	assert.False(t, *vr.Spec.IncludeClusterResources)
+
+	h.finish(run)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+	r := result(t, run)
+	assert.Equal(t, int32(6), r.Spec.ObjectsExpected, "ConfigMaps, Secret, ServiceAccount, Service, Deployment")
+	assert.Equal(t, r.Spec.ObjectsExpected, r.Spec.ObjectsRestored, "a clean diff")
+	assert.Equal(t, securityv1.SeverityInfo, r.Status.WorstSeverity)
+	assert.Equal(t, before, inventory(t), "nothing was created or changed outside the sandbox")
+
+	err := cl.Get(context.Background(), client.ObjectKeyFromObject(vr), vr)
+	assert.True(t, apierrors.IsNotFound(err) || !vr.DeletionTimestamp.IsZero(), "the Restore is cleaned up")
+	require.NoError(t, client.IgnoreNotFound(cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb)))
+	assert.True(t, apierrors.IsNotFound(cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, &corev1.Namespace{})) || !sb.DeletionTimestamp.IsZero(),
+		"the sandbox is being deleted")
+}
+
+func TestFullRestoreOfSeveralNamespaces(t *testing.T) {
+	a, b := uniq("ma"), uniq("mb")
+	namespaceWithData(t, a)
+	namespaceWithData(t, b)
+	vb := veleroBackup(t, "multi-"+a, true, a, b)
+	h := newHarness(t)
+	run := veleroRun(t, "fr-multi", vb.Name, securityv1.ModeFullRestore, "multi-bvsandbox")
+	h.step(run)
+	h.step(run)
+	vr := &velerov1.Restore{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RestoreName(run)}, vr))
+	want := velerocheck.Sandboxes(run, []string{a, b})
+	assert.Equal(t, want, vr.Spec.NamespaceMapping, "each source namespace maps to its own sandbox")
+	for src, dst := range want {
+		assert.NotEqual(t, src, dst)
+		assert.Regexp(t, `-bvsandbox$`, dst)
+	}
+	h.finish(run)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+	r := result(t, run)
+	assert.Equal(t, int32(12), r.Spec.ObjectsExpected)
+	assert.Equal(t, int32(12), r.Spec.ObjectsRestored)
+}
+
+// TestObjectRemovedMidDiff removes one restored object from the sandbox as the diff reaches it.
+func TestObjectRemovedMidDiff(t *testing.T) {
+	ns := uniq("md")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	sandbox := ns + "-bvsandbox"
+	h := newHarness(t)
+	removed := false
+	h.r = h.reconciler(interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if key.Namespace == sandbox && key.Name == "flags" && !removed {
+			removed = true
+			require.NoError(t, c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: sandbox, Name: "flags"}}))
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}))
+	run := veleroRun(t, "fr-middiff", vb.Name, securityv1.ModeFullRestore, sandbox)
+	h.finish(run)
+	assert.True(t, removed)
+	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+	r := result(t, run)
+	require.Equal(t, []string{securityv1.CodeObjectMissing}, codes(r.Spec.Findings))
+	assert.Equal(t, "core/ConfigMap "+sandbox+"/flags", r.Spec.Findings[0].Object)
+	assert.Equal(t, r.Spec.ObjectsExpected-1, r.Spec.ObjectsRestored)
+}
+
+// TestResumeAfterKill kills the verifier while its Restore is in flight; a new instance observes the
+// existing Restore and finishes with exactly one Result and one terminal SecurityEvent.
+func TestResumeAfterKill(t *testing.T) {
+	ns := uniq("rk")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	h := newHarness(t)
+	run := veleroRun(t, "fr-resume", vb.Name, securityv1.ModeFullRestore, ns+"-bvsandbox")
+	h.step(run)
+	h.step(run) // creates the sandbox and the Restore, then "dies"
+	h.r = h.reconciler(cl)
+	h.finish(run)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+	list := &securityv1.BackupVerifyResultList{}
+	require.NoError(t, cl.List(context.Background(), list, client.InNamespace(run.Namespace), client.MatchingLabels{securityv1.LabelRun: run.Name}))
+	assert.Len(t, list.Items, 1, "exactly one Result")
+	ev := securityEvents(t, run)
+	assert.Len(t, ev[securityv1.EventBackupVerifyStarted], 1)
+	assert.Len(t, ev[securityv1.EventBackupVerifyCompleted], 1)
+	assert.Len(t, ev, 2, "one start, one terminal event")
+}
+
+func TestTimeout(t *testing.T) {
+	ns := uniq("to")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	h := newHarness(t)
+	run := veleroRun(t, "fr-timeout", vb.Name, securityv1.ModeFullRestore, ns+"-bvsandbox")
+	h.step(run)
+	h.step(run) // the Restore is in flight
+	h.clock.Step(11 * time.Minute)
+	h.finish(run)
+	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+	assert.Contains(t, codes(result(t, run).Spec.Findings), securityv1.CodeTimeout)
+	sb := &corev1.Namespace{}
+	err := cl.Get(context.Background(), client.ObjectKey{Name: ns + "-bvsandbox"}, sb)
+	assert.True(t, apierrors.IsNotFound(err) || !sb.DeletionTimestamp.IsZero(), "cleaned up after the timeout")
+}
+
+func TestPreexistingSandboxIsRefused(t *testing.T) {
+	ns := uniq("px")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	sandbox := ns + "-bvsandbox"
+	require.NoError(t, cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sandbox}}))
+	h := newHarness(t)
+	run := veleroRun(t, "fr-taken", vb.Name, securityv1.ModeFullRestore, sandbox)
+	h.finish(run)
+	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+	assert.Equal(t, []string{securityv1.CodeSandboxNotOwned}, codes(result(t, run).Spec.Findings))
+	ns2 := &corev1.Namespace{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, ns2))
+	assert.True(t, ns2.DeletionTimestamp.IsZero(), "a namespace the verifier did not create is never deleted")
+	err := cl.Get(context.Background(), client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RestoreName(run)}, &velerov1.Restore{})
+	assert.True(t, apierrors.IsNotFound(err), "no Restore was created")
+}
+
+// TestEtcdSnapshot saves a real snapshot of the test cluster's etcd with etcdctl.
+func TestEtcdSnapshot(t *testing.T) {
+	assets, err := cluster.AssetsDir()
+	require.NoError(t, err)
+	snap := filepath.Join(snapDir, "snap.db")
+	out, err := exec.Command(filepath.Join(assets, "etcdctl"), "--endpoints="+lc.EtcdURL, "snapshot", "save", snap).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	data, err := os.ReadFile(snap)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(snapDir, "truncated.db"), data[:len(data)-1000], 0o600))
+	flipped := append([]byte(nil), data...)
+	flipped[len(flipped)/3] ^= 0xff
+	require.NoError(t, os.WriteFile(filepath.Join(snapDir, "flipped.db"), flipped, 0o600))
+
+	tests := []struct {
+		ref   string
+		phase securityv1.RunPhase
+		code  string
+	}{
+		{"snap.db", securityv1.RunSucceeded, securityv1.CodeChecksumMatch},
+		{"truncated.db", securityv1.RunFailed, securityv1.CodeEtcdSnapshotCorrupt},
+		{"flipped.db", securityv1.RunFailed, securityv1.CodeEtcdSnapshotCorrupt},
+		{"../../etc/passwd", securityv1.RunFailed, securityv1.CodeEtcdSnapshotRefInvalid},
+		{"missing.db", securityv1.RunFailed, securityv1.CodeEtcdSnapshotNotFound},
+	}
+	for i, tt := range tests {
+		t.Run(tt.ref, func(t *testing.T) {
+			h := newHarness(t)
+			run := newRun(t, "etcd-"+string(rune('a'+i)), securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendEtcdSnapshot, BackupRef: securityv1.BackupRef{Name: tt.ref}})
+			h.finish(run)
+			assert.Equal(t, tt.phase, run.Status.Phase, run.Status.Message)
+			r := result(t, run)
+			assert.Contains(t, codes(r.Spec.Findings), tt.code)
+			if tt.ref == "snap.db" {
+				assert.NotEmpty(t, r.Spec.Details["revision"])
+				assert.NotEmpty(t, r.Spec.Details["totalKeys"])
+				assert.NotEmpty(t, r.Spec.Details["hash"])
+				assert.Equal(t, int64(len(data)), r.Spec.SizeBytes)
+			}
+		})
+	}
+}
