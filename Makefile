@@ -67,7 +67,7 @@ e2e: build ## End-to-end suites on a local cluster of real processes.
 
 .PHONY: bench
 bench: ## Benchmarks against peers on this machine (Plan fire lag vs the CronJob controller, ...); takes minutes.
-	@export KUBEBUILDER_ASSETS="$(TESTBIN)"; \
+	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; \
 	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench . -benchtime=1x -timeout 60m ./...); done
 
 .PHONY: demo

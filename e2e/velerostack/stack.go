@@ -89,6 +89,9 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 	if err := s.startMinIO(ctx, assets, dir); err != nil {
 		return nil, err
 	}
+	if err := s.S3.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		return nil, err
+	}
 	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme})
 	if err != nil {
 		return nil, err
@@ -160,10 +163,26 @@ func (s *Stack) startMinIO(ctx context.Context, assets, dir string) error {
 		return fmt.Errorf("waiting for minio: %w", err)
 	}
 	s.S3, err = minio.New(s.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, "")})
+	return err
+}
+
+// StartMinIO runs MinIO alone (state under dir), for benchmarks that need only an S3 store.
+func StartMinIO(ctx context.Context, dir string) (*Stack, error) {
+	assets, err := Assets()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.S3.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{Region: "us-east-1"})
+	s := &Stack{}
+	for _, d := range []string{"minio", "home"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.startMinIO(ctx, assets, dir); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
 }
 
 // installVelero applies Velero's CRDs (as `velero install --crds-only` prints them), its namespace,
@@ -251,4 +270,9 @@ func (s *Stack) Stop() {
 }
 
 // VeleroLog is the tail of the Velero server's log, for failure messages.
-func (s *Stack) VeleroLog() string { return s.velero.Tail() }
+func (s *Stack) VeleroLog() string {
+	if s.velero == nil {
+		return ""
+	}
+	return s.velero.Tail()
+}
