@@ -100,9 +100,10 @@ func fireLag(b *testing.B, n int) {
 	report(b, "cronjob", crons)
 	b.ReportMetric(float64(rss)/(1<<20), "core-peak-RSS-MiB")
 	fmt.Fprintf(os.Stdout, "| %d | %s/%s | %s | %s | %.0f MiB |\n", n, qps, burst, summary(plans), summary(crons), float64(rss)/(1<<20))
-	if len(plans) < n {
-		b.Errorf("only %d of %d Plans fired within the measurement window", len(plans), n)
-	}
+	// A tick not served before the next one is missed (and counted by the Plan); report how many
+	// of each fired for this tick rather than failing: this is a measurement.
+	b.ReportMetric(float64(len(plans)), "coffer-fired")
+	b.ReportMetric(float64(len(crons)), "cronjob-fired")
 }
 
 func createAll(ctx context.Context, b *testing.B, cl client.Client, ns string, n int) {

@@ -298,3 +298,23 @@ func TestArtifactExpiredOutsideCoffer(t *testing.T) {
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
 }
+
+// TestVeleroValidationFailure points a run at a storage location that does not exist: Velero
+// rejects the backup (FailedValidation) and the BackupJob fails with Velero's reason.
+func TestVeleroValidationFailure(t *testing.T) {
+	ctx := context.Background()
+	shop(t, managedNS, "shop")
+	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "nowhere"}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{
+		{Application: backupsv1.ApplicationSelector{Kind: "Shop"}, Parameters: map[string]string{"backupStorageLocationName": "nowhere"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "namespace"}},
+	}}}
+	require.NoError(t, cl.Create(ctx, class))
+	job := backupJob(managedNS, "nowhere-1", "nowhere", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+	waitJob(t, job)
+	assert.Equal(t, backupsv1.BackupJobFailed, job.Status.Phase)
+	assert.Contains(t, job.Status.Message, "failed validation")
+	assert.Contains(t, job.Status.Message, "nowhere")
+	err := cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: job.Name}, &backupsv1.Backup{})
+	assert.True(t, apierrors.IsNotFound(err), "no Backup for a failed run")
+}
