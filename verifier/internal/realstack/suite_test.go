@@ -79,12 +79,12 @@ func run(m *testing.M) int {
 
 // harness is a reconciler with a fake clock, called directly so that tests control every step.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	clock *clocktesting.FakeClock
 	r     *verifyrun.Reconciler
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	h := &harness{t: t, clock: clocktesting.NewFakeClock(time.Now())}
 	h.r = h.reconciler(cl)
 	return h
@@ -154,7 +154,7 @@ func namespaceWithData(t *testing.T, ns string) {
 
 // veleroBackup takes a real Velero backup of namespaces and, when record is set, records the
 // tarball's checksum on it as driver-velero does.
-func veleroBackup(t *testing.T, name string, record bool, namespaces ...string) *velerov1.Backup {
+func veleroBackup(t testing.TB, name string, record bool, namespaces ...string) *velerov1.Backup {
 	t.Helper()
 	ctx := context.Background()
 	vb := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: velerostack.Namespace},
@@ -177,7 +177,7 @@ func veleroBackup(t *testing.T, name string, record bool, namespaces ...string) 
 	return vb
 }
 
-func bucketObject(t *testing.T, key string) []byte {
+func bucketObject(t testing.TB, key string) []byte {
 	t.Helper()
 	obj, err := stack.S3.GetObject(context.Background(), velerostack.Bucket, key, minio.GetObjectOptions{})
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func bucketObject(t *testing.T, key string) []byte {
 	return b
 }
 
-func bucketSum(t *testing.T, key string) []byte {
+func bucketSum(t testing.TB, key string) []byte {
 	s := sha256.Sum256(bucketObject(t, key))
 	return s[:]
 }
@@ -210,7 +210,7 @@ func securityEvents(t *testing.T, run *securityv1.BackupVerifyRun) map[string][]
 	return out
 }
 
-func result(t *testing.T, run *securityv1.BackupVerifyRun) *securityv1.BackupVerifyResult {
+func result(t testing.TB, run *securityv1.BackupVerifyRun) *securityv1.BackupVerifyResult {
 	t.Helper()
 	res := &securityv1.BackupVerifyResult{}
 	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res))
