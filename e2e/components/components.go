@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Build compiles cmd/<binary> of a component module into dir and returns the binary's path.
@@ -122,4 +124,19 @@ func (p *Process) Kill() {
 	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
 	<-p.done
 	p.done <- nil // later waits return at once
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig, next to the admin one, that impersonates the
+// ServiceAccount ns/name: a component started with it has exactly the RBAC deploy/ grants it.
+func ServiceAccountKubeconfig(adminKubeconfig, ns, name string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(adminKubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, auth := range cfg.AuthInfos {
+		auth.Impersonate = "system:serviceaccount:" + ns + ":" + name
+		auth.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	path := filepath.Join(filepath.Dir(adminKubeconfig), "kubeconfig-"+ns+"-"+name)
+	return path, clientcmd.WriteToFile(*cfg, path)
 }

@@ -220,7 +220,7 @@ func (r *Reconciler) complete(ctx context.Context, s *scope, strat *veleroapi.Ve
 
 // measure streams the backup tarball once through a DownloadRequest and returns its artifact.
 func (r *Reconciler) measure(ctx context.Context, vb *velerov1.Backup) (*backupsv1.BackupArtifact, error) {
-	url, err := download.Request(ctx, r.Client, vb.Namespace, names.Download(vb.Name),
+	url, err := download.Request(ctx, r.Client, r.Client, vb.Namespace, names.Download(vb.Name),
 		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupContents, Name: vb.Name}, r.DownloadTimeout)
 	if err != nil {
 		return nil, err

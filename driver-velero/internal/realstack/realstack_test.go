@@ -67,7 +67,7 @@ func run(m *testing.M) int {
 	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: []string{
 		filepath.Join(root, "deploy", "core-controller", "crd"),
 		filepath.Join(root, "deploy", "driver-velero", "crd"),
-		filepath.Join(filepath.Dir(file), "testdata"),
+		filepath.Join(root, "e2e", "testdata"),
 	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -20,9 +20,10 @@ import (
 )
 
 // Request asks Velero for a file of a backup and returns its URL. The DownloadRequest, named name
-// in namespace ns, is created if missing (so a retry after a crash reuses it) and deleted after use
-// by the caller through Cleanup. It waits up to timeout for Velero to process it.
-func Request(ctx context.Context, c client.Client, ns, name string, target velerov1.DownloadTarget, timeout time.Duration) (string, error) {
+// in namespace ns, is created through c if missing (so a retry after a crash reuses it) and deleted
+// after use by the caller through Cleanup; its status is read through r (which may be an uncached
+// reader: then only get is needed on downloadrequests). It waits up to timeout for Velero.
+func Request(ctx context.Context, r client.Reader, c client.Client, ns, name string, target velerov1.DownloadTarget, timeout time.Duration) (string, error) {
 	dr := &velerov1.DownloadRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       velerov1.DownloadRequestSpec{Target: target},
@@ -33,7 +34,7 @@ func Request(ctx context.Context, c client.Client, ns, name string, target veler
 	var url string
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		got := &velerov1.DownloadRequest{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(dr), got); err != nil {
+		if err := r.Get(ctx, client.ObjectKeyFromObject(dr), got); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		if got.Status.Phase == velerov1.DownloadRequestPhaseProcessed && got.Status.DownloadURL != "" {

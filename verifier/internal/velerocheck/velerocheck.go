@@ -103,7 +103,7 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 		return out
 	}
 	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8])
-	url, err := download.Request(ctx, c.Client, vb.Namespace, name,
+	url, err := download.Request(ctx, c.Reader, c.Client, vb.Namespace, name,
 		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupContents, Name: vb.Name}, c.DownloadTimeout)
 	if err != nil {
 		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, err.Error())
@@ -135,7 +135,7 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 // ResourceList downloads the backup's own list of what it holds: "<apiVersion>/<Kind>" → "ns/name".
 func (c *Checker) resourceList(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup) (map[string][]string, error) {
 	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8], "list")
-	url, err := download.Request(ctx, c.Client, vb.Namespace, name,
+	url, err := download.Request(ctx, c.Reader, c.Client, vb.Namespace, name,
 		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupResourceList, Name: vb.Name}, c.DownloadTimeout)
 	if err != nil {
 		return nil, err
