@@ -191,4 +191,3 @@ func poll(t *testing.T, ctx context.Context, what string, timeout time.Duration,
 }
 
 func ptr[T any](v T) *T { return &v }
-
