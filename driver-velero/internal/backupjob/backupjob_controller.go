@@ -3,6 +3,7 @@ package backupjob
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -208,7 +209,11 @@ func (r *Reconciler) complete(ctx context.Context, s *scope, strat *veleroapi.Ve
 			return err
 		}
 	}
-	if err := r.setBackupStatus(ctx, backup, vb, artifact, s.now); err != nil {
+	var details []string
+	if vb.Status.Phase == velerov1.BackupPhasePartiallyFailed {
+		details = r.results(ctx, vb)
+	}
+	if err := r.setBackupStatus(ctx, backup, vb, artifact, details, s.now); err != nil {
 		return err
 	}
 	_ = download.Cleanup(ctx, r.Client, vb.Namespace, names.Download(vb.Name))
@@ -290,7 +295,34 @@ func (r *Reconciler) createBackup(ctx context.Context, s *scope, vb *velerov1.Ba
 	return backup, nil
 }
 
-func (r *Reconciler) setBackupStatus(ctx context.Context, backup *backupsv1.Backup, vb *velerov1.Backup, artifact *backupsv1.BackupArtifact, now metav1.Time) error {
+// results lists Velero's errors and warnings of a backup (best effort: on failure, a line saying so).
+func (r *Reconciler) results(ctx context.Context, vb *velerov1.Backup) []string {
+	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, vb.Name, "results")
+	defer func() { _ = download.Cleanup(context.WithoutCancel(ctx), r.Client, vb.Namespace, name) }()
+	url, err := download.Request(ctx, r.Client, r.Client, vb.Namespace, name,
+		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupResults, Name: vb.Name}, r.DownloadTimeout)
+	if err == nil {
+		var body io.ReadCloser
+		if body, err = download.Open(ctx, r.HTTP, url); err == nil {
+			defer body.Close()
+			errs, warns, err := download.Results(body, 10)
+			if err == nil {
+				return append(prefix("error: ", errs), prefix("warning: ", warns)...)
+			}
+		}
+	}
+	return []string{"Velero's error and warning messages could not be read: " + err.Error()}
+}
+
+func prefix(p string, lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = p + l
+	}
+	return out
+}
+
+func (r *Reconciler) setBackupStatus(ctx context.Context, backup *backupsv1.Backup, vb *velerov1.Backup, artifact *backupsv1.BackupArtifact, details []string, now metav1.Time) error {
 	orig := backup.DeepCopy()
 	backup.Status.Phase = backupsv1.BackupReady
 	backup.Status.Artifact = artifact
@@ -301,8 +333,14 @@ func (r *Reconciler) setBackupStatus(ctx context.Context, backup *backupsv1.Back
 		Reason: backupsv1.ReasonSucceeded, Message: "Velero completed without errors", LastTransitionTime: now}
 	if vb.Status.Phase == velerov1.BackupPhasePartiallyFailed {
 		partial.Status, partial.Reason = metav1.ConditionTrue, backupsv1.ReasonCompletedWithErrors
-		partial.Message = fmt.Sprintf("Velero completed backup %s/%s with %d error(s) and %d warning(s)%s; see `velero backup describe %s --details`",
-			vb.Namespace, vb.Name, vb.Status.Errors, vb.Status.Warnings, reasonSuffix(vb.Status.FailureReason), vb.Name)
+		partial.Message = fmt.Sprintf("Velero completed backup %s/%s with %d error(s) and %d warning(s)%s",
+			vb.Namespace, vb.Name, vb.Status.Errors, vb.Status.Warnings, reasonSuffix(vb.Status.FailureReason))
+		if len(details) > 0 {
+			partial.Message += ":\n" + strings.Join(details, "\n")
+		}
+		if len(partial.Message) > 32000 {
+			partial.Message = partial.Message[:32000]
+		}
 	}
 	meta.SetStatusCondition(&backup.Status.Conditions, partial)
 	if apiequality.Semantic.DeepEqual(orig.Status, backup.Status) {

@@ -1,0 +1,56 @@
+package download
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// result is the shape of a file of Velero's BackupResults / RestoreResults: messages of Velero
+// itself, of cluster-scoped items and of each namespace.
+type result struct {
+	Velero     []string            `json:"velero,omitempty"`
+	Cluster    []string            `json:"cluster,omitempty"`
+	Namespaces map[string][]string `json:"namespaces,omitempty"`
+}
+
+// Results decodes a gzipped Velero results file ({"errors": …, "warnings": …}) into flat lists of
+// "scope: message" lines, errors and warnings each bounded to limit lines (the rest counted).
+func Results(r io.Reader, limit int) (errs, warnings []string, err error) {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading Velero results: %w", err)
+	}
+	var doc map[string]result
+	if err := json.NewDecoder(io.LimitReader(gz, 16<<20)).Decode(&doc); err != nil {
+		return nil, nil, fmt.Errorf("decoding Velero results: %w", err)
+	}
+	return flatten(doc["errors"], limit), flatten(doc["warnings"], limit), nil
+}
+
+func flatten(r result, limit int) []string {
+	var out []string
+	for _, m := range r.Velero {
+		out = append(out, "velero: "+m)
+	}
+	for _, m := range r.Cluster {
+		out = append(out, "cluster: "+m)
+	}
+	nss := make([]string, 0, len(r.Namespaces))
+	for ns := range r.Namespaces {
+		nss = append(nss, ns)
+	}
+	sort.Strings(nss)
+	for _, ns := range nss {
+		for _, m := range r.Namespaces[ns] {
+			out = append(out, "namespace "+ns+": "+strings.TrimSpace(m))
+		}
+	}
+	if len(out) > limit {
+		out = append(out[:limit], fmt.Sprintf("… and %d more", len(out)-limit))
+	}
+	return out
+}
