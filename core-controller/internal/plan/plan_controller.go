@@ -50,6 +50,12 @@ type scope struct {
 	orig *backupsv1.Plan
 	now  time.Time
 	jobs []backupsv1.BackupJob // this Plan's BackupJobs
+	// deferStatus skips this reconcile's status write: a tick just created its BackupJob, and the
+	// reconcile its creation triggers records it. Under load this puts every due create ahead of
+	// every status write in the work queue.
+	deferStatus bool
+	// recordedFromJobs is set when this reconcile learnt a fired tick from the BackupJobs.
+	recordedFromJobs bool
 }
 
 // Reconcile runs the phases of a Plan and writes its status once.
@@ -77,7 +83,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 }
 
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
-	if apiequality.Semantic.DeepEqual(s.orig.Status, s.plan.Status) {
+	if s.deferStatus || apiequality.Semantic.DeepEqual(s.orig.Status, s.plan.Status) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(s.orig, client.MergeFromWithOptimisticLock{})
@@ -112,6 +118,30 @@ func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
 	}
 	sort.Slice(active, func(i, k int) bool { return active[i].Name < active[k].Name })
 	s.plan.Status.Active = active
+	// The newest BackupJob records its tick even if the status write after its creation was
+	// deferred or lost (a crash): that tick fired.
+	if name, tick := newestJob(s.jobs); name != "" {
+		if last := s.plan.Status.LastScheduleTime; last == nil || last.Time.Before(tick) {
+			// Ticks between what the status knew and this one were missed (a crash lost the
+			// status write that counted them): count them now.
+			if sched, err := schedule.Parse(s.plan.Spec.Schedule); err == nil {
+				from := since(s.plan)
+				if due := sched.DueAt(from, tick); due.Tick != nil {
+					missed := due.Missed - jobsBetween(s.jobs, from, tick)
+					if missed > 0 {
+						r.skip(s, tick.Add(-time.Nanosecond), missed, backupsv1.ReasonMissedDeadline,
+							fmt.Sprintf("%d tick(s) before %s were missed (the controller was not running)", missed, tick.UTC().Format(time.RFC3339)))
+					}
+				}
+			}
+			s.plan.Status.LastScheduleTime = &metav1.Time{Time: tick}
+			s.recordedFromJobs = true
+			if skipped := s.plan.Status.LastSkippedTime; skipped == nil || skipped.Time.Before(tick) {
+				r.setCondition(s, backupsv1.ConditionTickSkipped, metav1.ConditionFalse, backupsv1.ReasonTickFired,
+					fmt.Sprintf("The tick at %s created BackupJob %s", tick.UTC().Format(time.RFC3339), name))
+			}
+		}
+	}
 	return nil
 }
 
@@ -122,7 +152,7 @@ func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
 // fire exactly once even when the cache lags behind the Plan's last status write (a re-fire of
 // that tick then finds the name taken and adopts the job).
 func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
-	newest := newestJob(s.jobs)
+	newest, _ := newestJob(s.jobs)
 	limits := map[backupsv1.BackupJobPhase]int{
 		backupsv1.BackupJobSucceeded: int(ptrOr(s.plan.Spec.SuccessfulJobsHistoryLimit, backupsv1.DefaultSuccessfulJobsHistoryLimit)),
 		backupsv1.BackupJobFailed:    int(ptrOr(s.plan.Spec.FailedJobsHistoryLimit, backupsv1.DefaultFailedJobsHistoryLimit)),
@@ -147,8 +177,20 @@ func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// newestJob names the BackupJob of the latest tick (by its scheduled-time annotation).
-func newestJob(jobs []backupsv1.BackupJob) string {
+// jobsBetween counts the BackupJobs whose ticks lie strictly between from and to.
+func jobsBetween(jobs []backupsv1.BackupJob, from, to time.Time) int64 {
+	var n int64
+	for _, j := range jobs {
+		t, err := time.Parse(time.RFC3339, j.Annotations[backupsv1.AnnotationScheduledTime])
+		if err == nil && t.After(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// newestJob names the BackupJob of the latest tick (by its scheduled-time annotation) and its tick.
+func newestJob(jobs []backupsv1.BackupJob) (string, time.Time) {
 	var name string
 	var latest time.Time
 	for _, j := range jobs {
@@ -157,7 +199,7 @@ func newestJob(jobs []backupsv1.BackupJob) string {
 			name, latest = j.Name, t
 		}
 	}
-	return name
+	return name, latest
 }
 
 func finishedAt(j backupsv1.BackupJob) time.Time {
@@ -262,13 +304,6 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, 
 			fmt.Sprintf("%s%d tick(s) before %s were missed (the controller was not running); at most the most recent missed tick fires",
 				bound, due.Missed, tick.Format(time.RFC3339)))
 	}
-	// An earlier attempt at this tick created its BackupJob but did not record it: adopt it.
-	for i := range s.jobs {
-		if s.jobs[i].Name == backupsv1.PlanBackupJobName(plan.Name, tick) {
-			r.recordFired(s, tick, &s.jobs[i], due.Missed)
-			return requeue, nil
-		}
-	}
 	if d := plan.Spec.StartingDeadlineSeconds; d != nil && s.now.Sub(tick) > time.Duration(*d)*time.Second {
 		r.skip(s, tick, 1, backupsv1.ReasonMissedDeadline,
 			fmt.Sprintf("The tick at %s was missed by %s, more than startingDeadlineSeconds (%ds)",
@@ -292,7 +327,19 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, 
 		return reconcile.Result{RequeueAfter: time.Minute}, nil
 	}
 	r.recordFired(s, tick, job, due.Missed)
+	// Nothing else to say this time: leave the status to the reconcile the new BackupJob triggers.
+	s.deferStatus = due.Missed == 0 && !s.recordedFromJobs &&
+		apiequality.Semantic.DeepEqual(withoutFire(s.orig.Status), withoutFire(s.plan.Status))
 	return requeue, nil
+}
+
+// withoutFire is a status without what recording a fire changes, to tell whether a reconcile that
+// fired a tick has anything else to write.
+func withoutFire(st backupsv1.PlanStatus) backupsv1.PlanStatus {
+	st = *st.DeepCopy()
+	st.LastScheduleTime, st.NextScheduleTime, st.Active, st.ObservedGeneration = nil, nil, nil, 0
+	st.Conditions = nil
+	return st
 }
 
 // recordFired records that tick created job.

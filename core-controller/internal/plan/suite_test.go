@@ -59,7 +59,27 @@ func (h *harness) newReconciler() *Reconciler {
 	return &Reconciler{Client: env.Client, APIReader: env.Client, Clock: h.clock, Recorder: h.events}
 }
 
+// reconcile runs the reconciler as the watches would: again after each write of its own (the
+// creation of a BackupJob or a status write triggers one), until a pass writes nothing.
 func (h *harness) reconcile() reconcile.Result {
+	h.t.Helper()
+	var res reconcile.Result
+	for range 4 {
+		rv, jobs := h.plan.ResourceVersion, len(h.jobs())
+		var err error
+		res, err = h.r.Reconcile(h.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(h.plan)})
+		require.NoError(h.t, err)
+		h.refresh()
+		if h.plan.ResourceVersion == rv && len(h.jobs()) == jobs {
+			return res
+		}
+	}
+	h.t.Fatal("the reconciler did not converge")
+	return res
+}
+
+// reconcileOnce is one pass, as a single event would trigger.
+func (h *harness) reconcileOnce() reconcile.Result {
 	h.t.Helper()
 	res, err := h.r.Reconcile(h.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(h.plan)})
 	require.NoError(h.t, err)
