@@ -41,7 +41,7 @@ func envOr(k, def string) string {
 // measures for one tick the lag from the scheduled time to the receipt (on a watch) of each
 // BackupJob and Job. Run it with -benchtime=1x: one iteration takes minutes.
 func BenchmarkFireLag(b *testing.B) {
-	for _, n := range []int{1000, 5000} {
+	for _, n := range benchSizes() {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			for range b.N {
 				fireLag(b, n)
@@ -240,3 +240,14 @@ func summary(lags []time.Duration) string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// benchSizes are the Plan counts to measure; COFFER_BENCH_N=1000 measures one.
+func benchSizes() []int {
+	if v := os.Getenv("COFFER_BENCH_N"); v != "" {
+		var n int
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
+			return []int{n}
+		}
+	}
+	return []int{1000, 5000}
+}
