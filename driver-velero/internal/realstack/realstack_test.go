@@ -10,8 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -49,6 +47,7 @@ const (
 var (
 	cl    client.WithWatch
 	stack *velerostack.Stack
+	c     *cluster.Cluster
 	sch   = cluster.Scheme
 )
 
@@ -62,27 +61,13 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: []string{
-		filepath.Join(root, "deploy", "core-controller", "crd"),
-		filepath.Join(root, "deploy", "driver-velero", "crd"),
-		filepath.Join(root, "e2e", "testdata"),
-	}})
+	env, err := velerostack.StartEnv(ctx, "deploy/core-controller/crd", "deploy/driver-velero/crd", "e2e/testdata")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "starting the cluster and the Velero stack:", err)
 		return 1
 	}
-	defer func() { _ = c.Stop() }()
-	if stack, err = velerostack.Start(ctx, c); err != nil {
-		fmt.Fprintln(os.Stderr, "starting the Velero stack:", err)
-		return 1
-	}
-	defer stack.Stop()
-	if cl, err = client.NewWithWatch(c.Config, client.Options{Scheme: sch}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer env.Stop()
+	c, stack, cl = env.Cluster, env.Stack, env.Client
 	for _, ns := range []string{managedNS, targetNS} {
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -11,8 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -51,24 +49,13 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
 	ctx := context.Background()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	var err error
-	lc, err = cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: []string{filepath.Join(root, "deploy", "verifier", "crd")}})
+	env, err := velerostack.StartEnv(ctx, "deploy/verifier/crd")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "starting the cluster and the Velero stack:", err)
 		return 1
 	}
-	defer func() { _ = lc.Stop() }()
-	if stack, err = velerostack.Start(ctx, lc); err != nil {
-		fmt.Fprintln(os.Stderr, "starting the Velero stack:", err)
-		return 1
-	}
-	defer stack.Stop()
-	if cl, err = client.NewWithWatch(lc.Config, client.Options{Scheme: cluster.Scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer env.Stop()
+	lc, stack, cl = env.Cluster, env.Stack, env.Client
 	if snapDir, err = os.MkdirTemp("", "etcd-snapshots-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
