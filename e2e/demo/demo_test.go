@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,7 +21,10 @@ func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	c, err := Start(ctx, root, &out)
 	require.NoError(t, err, out.String())
-	t.Cleanup(func() { assert.NoError(t, c.Stop()) })
+	t.Cleanup(func() {
+		assert.NoError(t, c.Stop())
+		_ = os.RemoveAll(c.Dir)
+	})
 	require.NoError(t, PrintKinds(ctx, c.Config, &out))
 	report := out.String()
 	t.Log(report)

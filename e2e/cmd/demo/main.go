@@ -36,6 +36,7 @@ func run() error {
 		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "demo: teardown:", err)
 		}
+		_ = os.RemoveAll(c.Dir)
 	}()
 	if err := demo.PrintKinds(ctx, c.Config, os.Stdout); err != nil {
 		return err
