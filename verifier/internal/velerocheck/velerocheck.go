@@ -227,6 +227,14 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	if vb == nil {
 		return out
 	}
+	// While this run's Restore is in flight there is nothing to read from the object store: every
+	// poll would otherwise download the resource list again.
+	inFlight := &velerov1.Restore{}
+	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: vb.Namespace, Name: RestoreName(run)}, inFlight)
+	if err == nil && inFlight.Labels[securityv1.LabelRunUID] == string(run.UID) && !restoreTerminal(inFlight.Status.Phase) {
+		out.Done = false
+		return out
+	}
 	list, err := c.resourceList(ctx, run, vb)
 	if err != nil {
 		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, "reading the backup's resource list: "+err.Error())
@@ -284,6 +292,14 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			fmt.Sprintf("all %d namespaced objects of the backup were restored into the sandbox", out.ObjectsExpected))
 	}
 	return out
+}
+
+func restoreTerminal(p velerov1.RestorePhase) bool {
+	switch p {
+	case velerov1.RestorePhaseCompleted, velerov1.RestorePhasePartiallyFailed, velerov1.RestorePhaseFailed, velerov1.RestorePhaseFailedValidation:
+		return true
+	}
+	return false
 }
 
 func describe(o objectRef, ns string) string {
