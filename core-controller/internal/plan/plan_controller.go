@@ -50,6 +50,9 @@ type scope struct {
 	orig *backupsv1.Plan
 	now  time.Time
 	jobs []backupsv1.BackupJob // this Plan's BackupJobs
+	// sched is the parsed schedule, or nil with schedErr set when it does not parse.
+	sched    *schedule.Schedule
+	schedErr error
 	// deferStatus skips this reconcile's status write: a tick just created its BackupJob, and the
 	// reconcile its creation triggers records it. Under load this puts every due create ahead of
 	// every status write in the work queue.
@@ -68,6 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		return reconcile.Result{}, nil
 	}
 	s := &scope{plan: plan, orig: plan.DeepCopy(), now: r.Clock.Now()}
+	s.sched, s.schedErr = schedule.Parse(plan.Spec.Schedule)
 	defer func() {
 		if err := r.patchStatus(ctx, s); err != nil && retErr == nil {
 			res, retErr = reconcile.Result{}, err
@@ -124,9 +128,9 @@ func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
 		if last := s.plan.Status.LastScheduleTime; last == nil || last.Time.Before(tick) {
 			// Ticks between what the status knew and this one were missed (a crash lost the
 			// status write that counted them): count them now.
-			if sched, err := schedule.Parse(s.plan.Spec.Schedule); err == nil {
+			if s.sched != nil {
 				from := since(s.plan)
-				if due := sched.DueAt(from, tick); due.Tick != nil {
+				if due := s.sched.DueAt(from, tick); due.Tick != nil {
 					missed := due.Missed - jobsBetween(s.jobs, from, tick)
 					if missed > 0 {
 						r.skip(s, tick.Add(-time.Nanosecond), missed, backupsv1.ReasonMissedDeadline,
@@ -235,8 +239,8 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 		s.plan.Status.LastBackupRef = &corev1.LocalObjectReference{Name: newest.Name}
 	}
 	loc := time.UTC
-	if sched, err := schedule.Parse(s.plan.Spec.Schedule); err == nil {
-		loc = sched.Location
+	if s.sched != nil {
+		loc = s.sched.Location
 	}
 	for _, d := range retention.Select(items, s.plan.Spec.Retention, loc, s.now) {
 		b := byName[d.Name]
@@ -258,7 +262,7 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 // schedule fires the due tick, if any, exactly once, and requeues at the next tick.
 func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, error) {
 	plan := s.plan
-	sched, err := schedule.Parse(plan.Spec.Schedule)
+	sched, err := s.sched, s.schedErr
 	if err != nil {
 		reason := backupsv1.ReasonInvalidSchedule
 		if serr, ok := err.(*schedule.Error); ok {

@@ -1,71 +1,51 @@
-// Package testenv starts a real kube-apiserver and etcd (envtest, binaries from `make testbin`)
-// with the core CRDs installed, for the controller tests of this module.
+// Package testenv starts the local cluster of e2e/cluster (a real kube-apiserver and etcd, built
+// by `make testbin`) with the core CRDs installed, for the controller tests of this module.
 package testenv
 
 import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"runtime"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/e2e/manifests"
 )
 
-// Scheme knows the built-in kinds and the core kinds.
-var Scheme = func() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(backupsv1.AddToScheme(s))
-	return s
-}()
+// Scheme knows the built-in kinds and every Coffer kind.
+var Scheme = cluster.Scheme
 
 // Env is a running API server.
 type Env struct {
 	Config *rest.Config
 	Client client.WithWatch
-	env    *envtest.Environment
 }
 
 // Main starts the API server, runs the package's tests and stops it. A missing binary fails the
 // tests with instructions; it never skips them.
 func Main(m *testing.M, env **Env) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or export KUBEBUILDER_ASSETS=$(hack/testbin.sh)")
-		return 1
-	}
-	_, file, _, _ := runtime.Caller(0)
-	crds := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "core-controller", "crd")
-	e := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDDirectoryPaths:        []string{crds},
-		ErrorIfCRDPathMissing:    true,
-		ControlPlaneStartTimeout: 2 * time.Minute,
-	}
-	cfg, err := e.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the API server:", err)
-		return 1
-	}
-	defer func() { _ = e.Stop() }()
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: Scheme})
+	root, err := manifests.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	*env = &Env{Config: cfg, Client: c, env: e}
+	c, err := cluster.Start(context.Background(), cluster.Options{CRDDirectoryPaths: []string{root + "/deploy/core-controller/crd"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the API server:", err)
+		return 1
+	}
+	defer func() { _ = c.Stop() }()
+	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: Scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*env = &Env{Config: c.Config, Client: cl}
 	return m.Run()
 }
 
