@@ -1,7 +1,6 @@
 // Package backupjob reconciles the BackupJobs whose BackupClass resolves to a JobBackupStrategy:
-// one batch/v1 Job per run, whose pod reports its artifact. The reconciler is built by the
-// driver-job issue; this package holds the driver's RBAC, from which `make manifests` generates
-// deploy/driver-job/rbac.
+// one batch/v1 Job per run, whose pod reports its artifact in its termination message; on success
+// the driver creates the Backup from that report.
 package backupjob
 
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
@@ -9,6 +8,6 @@ package backupjob
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;update;patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

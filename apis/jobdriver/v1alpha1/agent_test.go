@@ -1,0 +1,57 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseArtifactReport(t *testing.T) {
+	sum := "sha256:" + strings.Repeat("ab", 32)
+	cases := []struct {
+		name, msg, err string
+	}{
+		{"valid", `{"uri":"s3://bucket/a/b.tar","sizeBytes":10,"checksum":"` + sum + `"}`, ""},
+		{"valid with whitespace", "\n {\"uri\":\"s3://b/k\",\"sizeBytes\":0,\"checksum\":\"" + sum + "\"}\n", ""},
+		{"empty", "", "empty"},
+		{"not json", "done", "not an artifact report"},
+		{"unknown field", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"` + sum + `","extra":1}`, "unknown field"},
+		{"two values", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"` + sum + `"} {}`, "more than one"},
+		{"no uri", `{"sizeBytes":1,"checksum":"` + sum + `"}`, "uri is empty"},
+		{"uri without scheme", `{"uri":"bucket/key","sizeBytes":1,"checksum":"` + sum + `"}`, "scheme and a host"},
+		{"negative size", `{"uri":"s3://b/k","sizeBytes":-1,"checksum":"` + sum + `"}`, "negative"},
+		{"upper-case hex", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"` + strings.ToUpper(sum) + `"}`, "checksum"},
+		{"short checksum", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"sha256:abc"}`, "checksum"},
+		{"md5", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"md5:` + strings.Repeat("a", 32) + `"}`, "checksum"},
+		{"too long", `{"uri":"s3://b/` + strings.Repeat("k", MaxReportBytes) + `","sizeBytes":1,"checksum":"` + sum + `"}`, "more than"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseArtifactReport(tc.msg)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if r.Checksum != sum || r.URI == "" {
+					t.Fatalf("decoded %+v", r)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestParamEnvName(t *testing.T) {
+	for in, want := range map[string]string{
+		"endpoint":          "COFFER_PARAM_ENDPOINT",
+		"credentialsSecret": "COFFER_PARAM_CREDENTIALSSECRET",
+		"s3.region-name":    "COFFER_PARAM_S3_REGION_NAME",
+		"a_b9":              "COFFER_PARAM_A_B9",
+	} {
+		if got := ParamEnvName(in); got != want {
+			t.Errorf("ParamEnvName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,620 @@
+// Tests of the Job driver's reconcilers on a real kube-apiserver. No kubelet or Job controller runs
+// here: where a Job must finish, the test plays them by writing the pod and Job status the way
+// they do. That proves the reconcilers only; the real-node suite proves the Jobs really run.
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-job/internal/backup"
+	"github.com/coffer-backup/coffer/driver-job/internal/backupjob"
+	"github.com/coffer-backup/coffer/driver-job/internal/driver"
+	"github.com/coffer-backup/coffer/driver-job/internal/jobs"
+	"github.com/coffer-backup/coffer/driver-job/internal/names"
+	"github.com/coffer-backup/coffer/driver-job/internal/restorejob"
+	"github.com/coffer-backup/coffer/e2e/cluster"
+)
+
+var (
+	cl  client.WithWatch
+	sch = driver.Scheme()
+	// t0 is the tests' clock; it is far from the real time, so a test cannot pass by accident.
+	t0 = time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	c, err := cluster.Start(context.Background(), cluster.Options{CRDDirectoryPaths: crdDirs()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the API server:", err)
+		return 1
+	}
+	defer func() { _ = c.Stop() }()
+	if cl, err = client.NewWithWatch(c.Config, client.Options{Scheme: sch}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func crdDirs() []string {
+	return []string{"../../../deploy/core-controller/crd", "../../../deploy/driver-job/crd", "../../../e2e/testdata"}
+}
+
+// fixture is one namespace with a Shop, a strategy and a class resolving Shops to it.
+type fixture struct {
+	t        *testing.T
+	ctx      context.Context
+	ns       string
+	strategy *jobapi.JobBackupStrategy
+	class    *backupsv1.BackupClass
+	clock    *clocktesting.FakeClock
+	rec      *events.FakeRecorder
+}
+
+func agentTemplate(args ...string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "agent", Image: "coffer/coffer-agent:dev", Args: args,
+		Env: []corev1.EnvVar{{Name: jobapi.EnvMode, Value: "spoofed"}, {Name: "KEEP", Value: "me"}},
+	}}}}
+}
+
+func newFixture(t *testing.T, mutate func(*jobapi.JobBackupStrategySpec)) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "jobdriver-"}}
+	require.NoError(t, cl.Create(ctx, ns))
+	f := &fixture{t: t, ctx: ctx, ns: ns.Name, clock: clocktesting.NewFakeClock(t0), rec: events.NewFakeRecorder(100)}
+	f.strategy = &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: ns.Name + "-tar"},
+		Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate("--dir=/data", "--app={{ .Application.metadata.name }}", "--bucket={{ .Parameters.bucket }}", "--mode={{ .Mode }}")}}
+	if mutate != nil {
+		mutate(&f.strategy.Spec)
+	}
+	require.NoError(t, cl.Create(ctx, f.strategy))
+	f.class = &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: ns.Name + "-class"},
+		Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: f.strategy.Name},
+			Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+			Parameters:  map[string]string{"bucket": "coffer", "endpoint": "http://10.0.0.1:9000"},
+		}}}}
+	require.NoError(t, cl.Create(ctx, f.class))
+	shop := &unstructured.Unstructured{}
+	shop.SetAPIVersion("apps.cozystack.io/v1alpha1")
+	shop.SetKind("Shop")
+	shop.SetNamespace(ns.Name)
+	shop.SetName("web")
+	require.NoError(t, cl.Create(ctx, shop))
+	return f
+}
+
+func (f *fixture) backupJob() *backupsv1.BackupJob {
+	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly-1", Namespace: f.ns},
+		Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web"}, BackupClassName: f.class.Name}}
+	require.NoError(f.t, cl.Create(f.ctx, bj))
+	return bj
+}
+
+func (f *fixture) backupReconciler(c client.Client) *backupjob.Reconciler {
+	return &backupjob.Reconciler{Client: c, Pods: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
+}
+
+func (f *fixture) restoreReconciler() *restorejob.Reconciler {
+	return &restorejob.Reconciler{Client: cl, Pods: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
+}
+
+func (f *fixture) cleanupReconciler() *backup.Reconciler {
+	return &backup.Reconciler{Client: cl, Pods: cl, Scheme: sch, Recorder: f.rec}
+}
+
+func reconcileOnce(t *testing.T, r reconcile.Reconciler, o client.Object) reconcile.Result {
+	t.Helper()
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+	require.NoError(t, err)
+	return res
+}
+
+func get[T client.Object](t *testing.T, o T) T {
+	t.Helper()
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKeyFromObject(o), o))
+	return o
+}
+
+func (f *fixture) jobsInNamespace() []batchv1.Job {
+	list := &batchv1.JobList{}
+	require.NoError(f.t, cl.List(f.ctx, list, client.InNamespace(f.ns)))
+	return list.Items
+}
+
+func (f *fixture) onlyJob() *batchv1.Job {
+	f.t.Helper()
+	items := f.jobsInNamespace()
+	require.Len(f.t, items, 1, "exactly one Job")
+	return &items[0]
+}
+
+func env(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		if _, dup := out[e.Name]; dup {
+			out[e.Name] = "DUPLICATE"
+			continue
+		}
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+// finish plays the kubelet and the Job controller: a pod of the Job ends with the given exit code
+// and termination message, and the Job gets the conditions its controller would write.
+func (f *fixture) finish(j *batchv1.Job, exitCode int32, message, jobReason string) {
+	f.t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: j.Namespace,
+		Labels: map[string]string{batchv1.ControllerUidLabel: string(j.UID), batchv1.JobNameLabel: j.Name}},
+		Spec: *j.Spec.Template.Spec.DeepCopy()}
+	require.NoError(f.t, cl.Create(f.ctx, pod))
+	pod.Status.Phase = corev1.PodSucceeded
+	if exitCode != 0 {
+		pod.Status.Phase = corev1.PodFailed
+	}
+	term := &corev1.ContainerStateTerminated{ExitCode: exitCode, Message: message, Reason: "Completed"}
+	if exitCode != 0 {
+		term.Reason = "Error"
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Image: "coffer/coffer-agent:dev", State: corev1.ContainerState{Terminated: term}}}
+	require.NoError(f.t, cl.Status().Update(f.ctx, pod))
+
+	j = get(f.t, j)
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	j.Status.StartTime = &now
+	if exitCode == 0 {
+		j.Status.Succeeded = 1
+		j.Status.CompletionTime = &now
+		j.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: "CompletionsReached", LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: "CompletionsReached", LastTransitionTime: now}}
+	} else {
+		j.Status.Failed = 1
+		j.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: jobReason, LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: jobReason, Message: "Job has reached the specified backoff limit", LastTransitionTime: now}}
+	}
+	require.NoError(f.t, cl.Status().Update(f.ctx, j))
+}
+
+const goodSum = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func goodReport(key string) string {
+	return `{"uri":"s3://coffer/` + key + `","sizeBytes":4096,"checksum":"` + goodSum + `"}`
+}
+
+func readyCondition(conds []metav1.Condition) *metav1.Condition {
+	return meta.FindStatusCondition(conds, backupsv1.ConditionReady)
+}
+
+// The whole backup branch: claim, render, one Job with the contract's env, report → Backup.
+func TestBackupJobSucceedsFromTheAgentReport(t *testing.T) {
+	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) {
+		s.BackoffLimit, s.ActiveDeadlineSeconds, s.TTLSecondsAfterFinished = ptr.To[int32](2), ptr.To[int64](600), ptr.To[int32](30)
+	})
+	bj := f.backupJob()
+	r := f.backupReconciler(cl)
+
+	res := reconcileOnce(t, r, bj)
+	bj = get(t, bj)
+	require.Equal(t, backupsv1.BackupJobRunning, bj.Status.Phase)
+	require.Equal(t, t0, bj.Status.StartedAt.Time.UTC())
+	require.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(bj.Status.Conditions, backupsv1.ConditionAccepted).Status)
+	require.Equal(t, 600*time.Second+jobs.DeadlineGrace, res.RequeueAfter, "requeues only for the driver's own deadline")
+
+	j := f.onlyJob()
+	require.Equal(t, names.Job(names.KindBackupJob, bj.Name, bj.UID), j.Name)
+	require.Equal(t, string(bj.UID), j.Labels[names.LabelRunUID])
+	require.True(t, metav1.IsControlledBy(j, bj), "the BackupJob owns its Job")
+	require.Equal(t, int32(2), *j.Spec.BackoffLimit)
+	require.Equal(t, int64(600), *j.Spec.ActiveDeadlineSeconds)
+	require.Nil(t, j.Spec.TTLSecondsAfterFinished, "no TTL before the outcome is recorded")
+	require.Equal(t, corev1.RestartPolicyNever, j.Spec.Template.Spec.RestartPolicy)
+	c := j.Spec.Template.Spec.Containers[0]
+	require.Equal(t, []string{"--dir=/data", "--app=web", "--bucket=coffer", "--mode=backup"}, c.Args)
+	e := env(c)
+	require.Equal(t, jobapi.ModeBackup, e[jobapi.EnvMode], "the template cannot spoof the contract variables")
+	require.Equal(t, "me", e["KEEP"])
+	require.Equal(t, "BackupJob", e[jobapi.EnvRunKind])
+	require.Equal(t, bj.Name, e[jobapi.EnvRunName])
+	require.Equal(t, f.ns, e[jobapi.EnvRunNamespace])
+	require.Equal(t, string(bj.UID), e[jobapi.EnvRunUID])
+	require.Equal(t, "apps.cozystack.io", e[jobapi.EnvApplicationAPIGroup])
+	require.Equal(t, "Shop", e[jobapi.EnvApplicationKind])
+	require.Equal(t, "web", e[jobapi.EnvApplicationName])
+	require.Equal(t, "coffer", e["COFFER_PARAM_BUCKET"])
+	require.Equal(t, "http://10.0.0.1:9000", e["COFFER_PARAM_ENDPOINT"])
+
+	// A second pass while the Job runs changes nothing.
+	rv := bj.ResourceVersion
+	reconcileOnce(t, r, bj)
+	require.Equal(t, rv, get(t, bj).ResourceVersion)
+	require.Len(t, f.jobsInNamespace(), 1)
+
+	f.clock.Step(42 * time.Second)
+	f.finish(j, 0, goodReport("x/y.tar"), "")
+	reconcileOnce(t, r, bj)
+	bj = get(t, bj)
+	require.Equal(t, backupsv1.BackupJobSucceeded, bj.Status.Phase)
+	require.Equal(t, bj.Name, bj.Status.BackupRef.Name)
+	require.Equal(t, t0.Add(42*time.Second), bj.Status.CompletedAt.Time.UTC())
+
+	b := get(t, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: f.ns}})
+	require.Empty(t, b.OwnerReferences, "a Backup outlives its BackupJob")
+	require.Empty(t, b.Finalizers, "no cleanup template: no finalizer, the artifact stays")
+	require.Equal(t, backupsv1.BackupReady, b.Status.Phase)
+	require.Equal(t, &backupsv1.BackupArtifact{URI: "s3://coffer/x/y.tar", SizeBytes: 4096, Checksum: goodSum}, b.Status.Artifact)
+	require.Equal(t, "Shop", b.Spec.ApplicationRef.Kind)
+	require.Equal(t, "apps.cozystack.io", *b.Spec.ApplicationRef.APIGroup)
+	require.Equal(t, f.strategy.Name, b.Spec.StrategyRef.Name)
+	require.Equal(t, j.Name, b.Spec.DriverMetadata[names.MetaJobName])
+	require.Equal(t, "coffer", b.Spec.DriverMetadata["param.bucket"])
+	require.Equal(t, string(bj.UID), b.Labels[backupsv1.LabelBackupJobUID])
+	require.False(t, b.Spec.TakenAt.IsZero())
+
+	// The next reconcile, of the now terminal run, hands the Job to its TTL.
+	reconcileOnce(t, r, bj)
+	require.Equal(t, int32(30), *get(t, j).Spec.TTLSecondsAfterFinished)
+}
+
+// A crash after the Job was created but before the status write: a new reconciler adopts the Job.
+// A crash after the Backup was created: a new reconciler finishes with the recorded artifact even
+// when the pods are gone. Exactly one Job and one Backup either way.
+func TestBackupJobCrashWindows(t *testing.T) {
+	f := newFixture(t, nil)
+	bj := f.backupJob()
+	crash := errors.New("killed before the status write")
+	crashing := interceptor.NewClient(cl, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, isRun := obj.(*backupsv1.BackupJob); isRun {
+				return crash
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	_, err := f.backupReconciler(crashing).Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bj)})
+	require.ErrorIs(t, err, crash)
+	require.Empty(t, get(t, bj).Status.Phase, "the status write was lost")
+	first := f.onlyJob()
+
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	require.Equal(t, first.UID, f.onlyJob().UID, "the same Job, adopted")
+	require.Equal(t, backupsv1.BackupJobRunning, get(t, bj).Status.Phase)
+
+	f.finish(first, 0, goodReport("a.tar"), "")
+	_, err = f.backupReconciler(crashing).Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bj)})
+	require.ErrorIs(t, err, crash)
+	b := get(t, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: f.ns}})
+	require.Equal(t, goodSum, b.Status.Artifact.Checksum)
+
+	// The pods are collected meanwhile: the recorded artifact is enough.
+	require.NoError(t, cl.DeleteAllOf(f.ctx, &corev1.Pod{}, client.InNamespace(f.ns)))
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	require.Equal(t, backupsv1.BackupJobSucceeded, get(t, bj).Status.Phase)
+	list := &backupsv1.BackupList{}
+	require.NoError(t, cl.List(f.ctx, list, client.InNamespace(f.ns)))
+	require.Len(t, list.Items, 1)
+	require.Len(t, f.jobsInNamespace(), 1)
+}
+
+// A Job of the run's name that the driver did not create for this run is never adopted.
+func TestBackupJobRefusesAForeignJob(t *testing.T) {
+	f := newFixture(t, nil)
+	bj := f.backupJob()
+	foreign := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: names.Job(names.KindBackupJob, bj.Name, bj.UID), Namespace: f.ns,
+		Labels: map[string]string{names.LabelRunUID: "someone-else", names.LabelRunKind: names.KindBackupJob}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "x", Image: "x"}}}}}}
+	require.NoError(t, cl.Create(f.ctx, foreign))
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	bj = get(t, bj)
+	require.Equal(t, backupsv1.BackupJobFailed, bj.Status.Phase)
+	require.Equal(t, backupsv1.ReasonNameConflict, readyCondition(bj.Status.Conditions).Reason)
+	require.Contains(t, bj.Status.Message, "was not adopted")
+	j := f.onlyJob()
+	require.Equal(t, foreign.UID, j.UID)
+	require.Empty(t, j.OwnerReferences, "the foreign Job is untouched")
+	require.Nil(t, j.Spec.TTLSecondsAfterFinished)
+	reconcileOnce(t, f.backupReconciler(cl), bj) // terminal: Release must leave the foreign Job alone
+	require.Equal(t, j.ResourceVersion, f.onlyJob().ResourceVersion)
+}
+
+// Bad inputs fail the run with a reason a user can act on, and create no Job.
+func TestBackupJobInputFailures(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*jobapi.JobBackupStrategySpec)
+		before func(f *fixture)
+		reason string
+		msg    string
+	}{
+		{name: "template refers to a missing parameter", reason: backupsv1.ReasonTemplateRenderFailed, msg: "missing",
+			mutate: func(s *jobapi.JobBackupStrategySpec) { s.Template = agentTemplate("--x={{ .Parameters.missing }}") }},
+		{name: "template renders to no containers", reason: backupsv1.ReasonTemplateRenderFailed, msg: "no containers",
+			mutate: func(s *jobapi.JobBackupStrategySpec) { s.Template = corev1.PodTemplateSpec{} }},
+		{name: "the API server rejects the rendered Job", reason: backupsv1.ReasonTemplateRenderFailed, msg: "rejected",
+			mutate: func(s *jobapi.JobBackupStrategySpec) { s.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways }},
+		{name: "strategy deleted", reason: backupsv1.ReasonStrategyNotFound, msg: "not found",
+			before: func(f *fixture) { require.NoError(f.t, cl.Delete(f.ctx, f.strategy)) }},
+		{name: "application missing", reason: backupsv1.ReasonApplicationNotFound, msg: "Shop",
+			before: func(f *fixture) {
+				require.NoError(f.t, cl.DeleteAllOf(f.ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps.cozystack.io/v1alpha1", "kind": "Shop"}}, client.InNamespace(f.ns)))
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.mutate)
+			if tc.before != nil {
+				tc.before(f)
+			}
+			bj := f.backupJob()
+			reconcileOnce(t, f.backupReconciler(cl), bj)
+			bj = get(t, bj)
+			require.Equal(t, backupsv1.BackupJobFailed, bj.Status.Phase, bj.Status.Message)
+			require.Equal(t, tc.reason, readyCondition(bj.Status.Conditions).Reason)
+			require.Contains(t, bj.Status.Message, tc.msg)
+			require.NotNil(t, bj.Status.CompletedAt)
+			require.Empty(t, f.jobsInNamespace())
+			require.NotEmpty(t, f.rec.Events, "a Warning event")
+		})
+	}
+}
+
+// An agent whose report is missing or invalid fails the run: a backup that cannot be located is
+// not a backup. No Backup is created.
+func TestBackupJobRejectsBadReports(t *testing.T) {
+	for name, msg := range map[string]string{
+		"no report":      "",
+		"not JSON":       "all done",
+		"bad checksum":   `{"uri":"s3://coffer/a.tar","sizeBytes":1,"checksum":"sha256:1234"}`,
+		"no uri":         `{"sizeBytes":1,"checksum":"` + goodSum + `"}`,
+		"negative size":  `{"uri":"s3://coffer/a.tar","sizeBytes":-5,"checksum":"` + goodSum + `"}`,
+		"unknown fields": `{"uri":"s3://coffer/a.tar","sizeBytes":1,"checksum":"` + goodSum + `","md5":"x"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, nil)
+			bj := f.backupJob()
+			reconcileOnce(t, f.backupReconciler(cl), bj)
+			f.finish(f.onlyJob(), 0, msg, "")
+			reconcileOnce(t, f.backupReconciler(cl), bj)
+			bj = get(t, bj)
+			require.Equal(t, backupsv1.BackupJobFailed, bj.Status.Phase)
+			require.Equal(t, backupsv1.ReasonArtifactReportInvalid, readyCondition(bj.Status.Conditions).Reason)
+			require.Contains(t, bj.Status.Message, "reported no usable artifact")
+			err := cl.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: bj.Name}, &backupsv1.Backup{})
+			require.True(t, apierrors.IsNotFound(err), "no Backup for an unlocatable artifact")
+		})
+	}
+}
+
+// A failed Job fails the run with what the pod said; a Job past its deadline fails with
+// DeadlineExceeded, from the Job controller or, if it never reports, from the driver's clock.
+func TestBackupJobFailures(t *testing.T) {
+	t.Run("agent exits non-zero", func(t *testing.T) {
+		f := newFixture(t, nil)
+		bj := f.backupJob()
+		reconcileOnce(t, f.backupReconciler(cl), bj)
+		f.finish(f.onlyJob(), 3, "bucket coffer does not exist", batchv1.JobReasonBackoffLimitExceeded)
+		reconcileOnce(t, f.backupReconciler(cl), bj)
+		bj = get(t, bj)
+		require.Equal(t, backupsv1.BackupJobFailed, bj.Status.Phase)
+		require.Equal(t, backupsv1.ReasonFailed, readyCondition(bj.Status.Conditions).Reason)
+		require.Contains(t, bj.Status.Message, "exited with code 3 (Error): bucket coffer does not exist")
+		require.Contains(t, bj.Status.Message, "BackoffLimitExceeded")
+	})
+	t.Run("Job controller deadline", func(t *testing.T) {
+		f := newFixture(t, nil)
+		bj := f.backupJob()
+		reconcileOnce(t, f.backupReconciler(cl), bj)
+		f.finish(f.onlyJob(), 137, "", batchv1.JobReasonDeadlineExceeded)
+		reconcileOnce(t, f.backupReconciler(cl), bj)
+		bj = get(t, bj)
+		require.Equal(t, backupsv1.ReasonDeadlineExceeded, readyCondition(bj.Status.Conditions).Reason)
+		require.Contains(t, bj.Status.Message, "exited with code 137")
+	})
+	t.Run("driver deadline when the Job never reports", func(t *testing.T) {
+		f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) { s.ActiveDeadlineSeconds = ptr.To[int64](60) })
+		bj := f.backupJob()
+		res := reconcileOnce(t, f.backupReconciler(cl), bj)
+		f.clock.Step(res.RequeueAfter - time.Second)
+		reconcileOnce(t, f.backupReconciler(cl), bj)
+		require.Equal(t, backupsv1.BackupJobRunning, get(t, bj).Status.Phase, "not yet")
+		f.clock.Step(time.Second)
+		reconcileOnce(t, f.backupReconciler(cl), bj)
+		bj = get(t, bj)
+		require.Equal(t, backupsv1.BackupJobFailed, bj.Status.Phase)
+		require.Equal(t, backupsv1.ReasonDeadlineExceeded, readyCondition(bj.Status.Conditions).Reason)
+		require.Contains(t, bj.Status.Message, "kube-controller-manager")
+	})
+}
+
+// BackupJobs that resolve to another driver's strategy are not touched.
+func TestBackupJobOfAnotherDriverIsUntouched(t *testing.T) {
+	f := newFixture(t, nil)
+	f.class.Spec.Strategies[0].StrategyRef = corev1.TypedLocalObjectReference{APIGroup: ptr.To("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "x"}
+	require.NoError(t, cl.Update(f.ctx, f.class))
+	bj := f.backupJob()
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	require.Equal(t, bj.ResourceVersion, get(t, bj).ResourceVersion)
+	require.Empty(t, f.jobsInNamespace())
+}
+
+// succeededBackup runs a backup to its Backup through the reconciler.
+func (f *fixture) succeededBackup() *backupsv1.Backup {
+	bj := f.backupJob()
+	reconcileOnce(f.t, f.backupReconciler(cl), bj)
+	f.finish(f.onlyJob(), 0, goodReport(f.ns+"/a.tar"), "")
+	reconcileOnce(f.t, f.backupReconciler(cl), bj)
+	require.Equal(f.t, backupsv1.BackupJobSucceeded, get(f.t, bj).Status.Phase)
+	return get(f.t, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: f.ns}})
+}
+
+func (f *fixture) restoreJob(b *backupsv1.Backup, target *corev1.TypedLocalObjectReference) *backupsv1.RestoreJob {
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "restore-", Namespace: f.ns},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}, TargetApplicationRef: target}}
+	require.NoError(f.t, cl.Create(f.ctx, rj))
+	return rj
+}
+
+func (f *fixture) jobsOf(kind string) []batchv1.Job {
+	var out []batchv1.Job
+	for _, j := range f.jobsInNamespace() {
+		if j.Labels[names.LabelRunKind] == kind {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// A restore runs the restore template (or the backup template in restore mode) with the artifact
+// in its env, in the RestoreJob's namespace, and reports the pod's failure verbatim.
+func TestRestoreJob(t *testing.T) {
+	t.Run("backup template in restore mode, into another application", func(t *testing.T) {
+		f := newFixture(t, nil)
+		b := f.succeededBackup()
+		rj := f.restoreJob(b, &corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web-copy"})
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		require.Equal(t, backupsv1.RestoreJobRunning, get(t, rj).Status.Phase)
+		restores := f.jobsOf(names.KindRestoreJob)
+		require.Len(t, restores, 1)
+		j := restores[0]
+		require.Equal(t, f.ns, j.Namespace)
+		require.True(t, metav1.IsControlledBy(&j, rj))
+		c := j.Spec.Template.Spec.Containers[0]
+		require.Equal(t, []string{"--dir=/data", "--app=web-copy", "--bucket=coffer", "--mode=restore"}, c.Args,
+			"the target, which does not exist yet, is known by name; parameters come from the Backup's snapshot")
+		e := env(c)
+		require.Equal(t, jobapi.ModeRestore, e[jobapi.EnvMode])
+		require.Equal(t, "web-copy", e[jobapi.EnvApplicationName])
+		require.Equal(t, b.Status.Artifact.URI, e[jobapi.EnvArtifactURI])
+		require.Equal(t, goodSum, e[jobapi.EnvArtifactChecksum])
+		require.Equal(t, "4096", e[jobapi.EnvArtifactSizeBytes])
+		require.Equal(t, b.Name, e[jobapi.EnvBackupName])
+		f.finish(&j, 0, `{"restored":3}`, "")
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		rj = get(t, rj)
+		require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase)
+		require.NotNil(t, rj.Status.CompletedAt)
+	})
+	t.Run("restore template; checksum mismatch fails the run", func(t *testing.T) {
+		f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) {
+			s.RestoreTemplate = ptr.To(agentTemplate("restore", "{{ .Backup.status.artifact.uri }}"))
+		})
+		b := f.succeededBackup()
+		rj := f.restoreJob(b, nil)
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		j := f.jobsOf(names.KindRestoreJob)[0]
+		require.Equal(t, []string{"restore", b.Status.Artifact.URI}, j.Spec.Template.Spec.Containers[0].Args)
+		require.Equal(t, "web", env(j.Spec.Template.Spec.Containers[0])[jobapi.EnvApplicationName])
+		f.finish(&j, 1, "checksum mismatch: want sha256:01.. got sha256:ff..", batchv1.JobReasonBackoffLimitExceeded)
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		rj = get(t, rj)
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+		require.Contains(t, rj.Status.Message, "checksum mismatch")
+	})
+	t.Run("a Backup that is not Ready is refused", func(t *testing.T) {
+		f := newFixture(t, nil)
+		b := f.succeededBackup()
+		b.Status.Phase, b.Status.Artifact = backupsv1.BackupFailed, nil
+		require.NoError(t, cl.Status().Update(f.ctx, b))
+		rj := f.restoreJob(b, nil)
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		rj = get(t, rj)
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+		require.Equal(t, backupsv1.ReasonArtifactMissing, readyCondition(rj.Status.Conditions).Reason)
+		require.Empty(t, f.jobsOf(names.KindRestoreJob))
+	})
+}
+
+// Deleting a Backup runs the cleanup Job; the Backup goes only when it succeeded.
+func TestBackupDeletionRunsCleanup(t *testing.T) {
+	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) {
+		s.CleanupTemplate = ptr.To(agentTemplate("cleanup", "{{ .Backup.status.artifact.uri }}"))
+	})
+	b := f.succeededBackup()
+	require.Equal(t, []string{names.Finalizer}, b.Finalizers)
+	require.NoError(t, cl.Delete(f.ctx, b))
+	r := f.cleanupReconciler()
+	reconcileOnce(t, r, b)
+	cleanups := f.jobsOf(names.KindBackup)
+	require.Len(t, cleanups, 1)
+	j := cleanups[0]
+	require.Empty(t, j.OwnerReferences, "a foreground deletion of the Backup must not delete its cleanup")
+	require.Equal(t, []string{"cleanup", "s3://coffer/" + f.ns + "/a.tar"}, j.Spec.Template.Spec.Containers[0].Args)
+	require.Equal(t, jobapi.ModeCleanup, env(j.Spec.Template.Spec.Containers[0])[jobapi.EnvMode])
+
+	// A failed cleanup keeps the Backup and retries with a new Job.
+	f.finish(&j, 1, "access denied", batchv1.JobReasonBackoffLimitExceeded)
+	res := reconcileOnce(t, r, b)
+	require.Equal(t, backup.RetryAfter, res.RequeueAfter)
+	require.Contains(t, strings.Join(drain(f.rec), "\n"), "access denied")
+	require.Equal(t, []string{names.Finalizer}, get(t, b).Finalizers)
+	require.Eventually(t, func() bool { return len(f.jobsOf(names.KindBackup)) == 0 }, 30*time.Second, 100*time.Millisecond,
+		"the failed attempt is deleted (nothing runs the garbage collector here, so its pod stays)")
+	require.NoError(t, cl.DeleteAllOf(f.ctx, &corev1.Pod{}, client.InNamespace(f.ns)))
+	reconcileOnce(t, r, b)
+	retry := f.jobsOf(names.KindBackup)
+	require.Len(t, retry, 1)
+	require.NotEqual(t, j.UID, retry[0].UID)
+
+	f.finish(&retry[0], 0, "", "")
+	reconcileOnce(t, r, b)
+	err := cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{})
+	require.True(t, apierrors.IsNotFound(err), "the Backup is released after a successful cleanup")
+	require.Empty(t, f.jobsOf(names.KindBackup))
+}
+
+// Without a cleanup template a Backup has no finalizer; if the template is removed later, the
+// Backup is released with a Warning that the artifact stays.
+func TestBackupDeletionWithoutCleanupTemplate(t *testing.T) {
+	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) { s.CleanupTemplate = ptr.To(agentTemplate("cleanup")) })
+	b := f.succeededBackup()
+	f.strategy = get(t, f.strategy)
+	f.strategy.Spec.CleanupTemplate = nil
+	require.NoError(t, cl.Update(f.ctx, f.strategy))
+	require.NoError(t, cl.Delete(f.ctx, b))
+	reconcileOnce(t, f.cleanupReconciler(), b)
+	require.True(t, apierrors.IsNotFound(cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{})))
+	require.Contains(t, strings.Join(drain(f.rec), "\n"), "ArtifactKept")
+	require.Empty(t, f.jobsOf(names.KindBackup))
+}
+
+func drain(rec *events.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+

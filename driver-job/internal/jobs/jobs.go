@@ -1,0 +1,369 @@
+// Package jobs creates the batch/v1 Jobs the driver runs and reads their outcome. Every Job serves
+// one object (a BackupJob, a RestoreJob, or a Backup being deleted): its name is derived from that
+// object's name and UID, its labels carry the UID, and a Job of that name without that UID is never
+// adopted.
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/strategy"
+	"github.com/coffer-backup/coffer/driver-job/internal/names"
+	"github.com/coffer-backup/coffer/driver-job/internal/resolve"
+)
+
+const (
+	// AnnotationRun names the object a Job serves, as namespace/name.
+	AnnotationRun = "jobdriver.backups.cozystack.io/run"
+	// AnnotationTTL holds the strategy's ttlSecondsAfterFinished. The driver copies it into the Job's
+	// spec only after it has recorded the Job's outcome, so a Job is never collected unread.
+	AnnotationTTL = "jobdriver.backups.cozystack.io/ttl-seconds-after-finished"
+)
+
+// Defaults of a JobBackupStrategy's Job settings.
+const (
+	DefaultBackoffLimit          int32 = 0
+	DefaultActiveDeadlineSeconds int64 = 3600
+)
+
+// Run says which Job serves which object.
+type Run struct {
+	// Object is the BackupJob, RestoreJob or Backup the Job serves.
+	Object client.Object
+	// Kind is names.KindBackupJob, KindRestoreJob or KindBackup.
+	Kind string
+	// Own makes Object the Job's controller owner, so deleting it deletes the Job.
+	Own bool
+}
+
+// Name is the Job's name.
+func (r Run) Name() string { return names.Job(r.Kind, r.Object.GetName(), r.Object.GetUID()) }
+
+// Key is the Job's namespace and name.
+func (r Run) Key() client.ObjectKey {
+	return client.ObjectKey{Namespace: r.Object.GetNamespace(), Name: r.Name()}
+}
+
+// Get returns the run's Job, or nil when there is none. A Job of that name that serves another
+// object fails the run with NameConflict.
+func Get(ctx context.Context, c client.Reader, run Run) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, run.Key(), job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if job.Labels[names.LabelRunUID] != string(run.Object.GetUID()) || job.Labels[names.LabelRunKind] != run.Kind {
+		return nil, resolve.Failf(backupsv1.ReasonNameConflict,
+			"Job %s exists but was not created for %s %s (its labels: %v); it was not adopted: delete or rename it",
+			run.Key(), run.Kind, run.Object.GetName(), job.Labels)
+	}
+	return job, nil
+}
+
+// Create builds the Job from a rendered pod template and the strategy's settings, injecting env into
+// every container, and creates it. Invalid Jobs fail the run with the API server's message.
+func Create(ctx context.Context, c client.Client, scheme *runtime.Scheme, run Run, strat *jobapi.JobBackupStrategy, pod corev1.PodTemplateSpec, env []corev1.EnvVar) (*batchv1.Job, error) {
+	labels := names.Labels(run.Kind, run.Object.GetName(), run.Object.GetUID())
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	for k, v := range labels {
+		pod.Labels[k] = v
+	}
+	if pod.Spec.RestartPolicy == "" {
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	for i := range pod.Spec.InitContainers {
+		pod.Spec.InitContainers[i].Env = withEnv(pod.Spec.InitContainers[i].Env, env)
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Env = withEnv(pod.Spec.Containers[i].Env, env)
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: run.Name(), Namespace: run.Object.GetNamespace(), Labels: labels,
+			Annotations: map[string]string{AnnotationRun: run.Object.GetNamespace() + "/" + run.Object.GetName()},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To(ptr.Deref(strat.Spec.BackoffLimit, DefaultBackoffLimit)),
+			ActiveDeadlineSeconds: ptr.To(ptr.Deref(strat.Spec.ActiveDeadlineSeconds, DefaultActiveDeadlineSeconds)),
+			Template:              pod,
+		},
+	}
+	if ttl := strat.Spec.TTLSecondsAfterFinished; ttl != nil {
+		job.Annotations[AnnotationTTL] = strconv.Itoa(int(*ttl))
+	}
+	if run.Own {
+		if err := controllerutil.SetControllerReference(run.Object, job, scheme); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Create(ctx, job); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			return nil, resolve.Failf(backupsv1.ReasonTemplateRenderFailed,
+				"the API server rejected Job %s rendered from JobBackupStrategy %s: %v", run.Key(), strat.Name, err)
+		}
+		// AlreadyExists: a stale cache; the next reconcile reads the Job and adopts or refuses it.
+		return nil, fmt.Errorf("creating Job %s: %w", run.Key(), err)
+	}
+	return job, nil
+}
+
+// withEnv returns the container's variables with the driver's set last; a variable of the same
+// name set by the template is replaced, so the contract values cannot be shadowed.
+func withEnv(own, driver []corev1.EnvVar) []corev1.EnvVar {
+	set := map[string]bool{}
+	for _, e := range driver {
+		set[e.Name] = true
+	}
+	out := make([]corev1.EnvVar, 0, len(own)+len(driver))
+	for _, e := range own {
+		if !set[e.Name] {
+			out = append(out, e)
+		}
+	}
+	return append(out, driver...)
+}
+
+// Env builds the contract variables (apis/jobdriver/v1alpha1) for a run.
+func Env(mode string, run Run, app corev1.TypedLocalObjectReference, params map[string]string) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: jobapi.EnvMode, Value: mode},
+		{Name: jobapi.EnvRunKind, Value: run.Kind},
+		{Name: jobapi.EnvRunName, Value: run.Object.GetName()},
+		{Name: jobapi.EnvRunNamespace, Value: run.Object.GetNamespace()},
+		{Name: jobapi.EnvRunUID, Value: string(run.Object.GetUID())},
+		{Name: jobapi.EnvApplicationAPIGroup, Value: backupsv1.ApplicationAPIGroup(app)},
+		{Name: jobapi.EnvApplicationKind, Value: app.Kind},
+		{Name: jobapi.EnvApplicationName, Value: app.Name},
+	}
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, corev1.EnvVar{Name: jobapi.ParamEnvName(k), Value: params[k]})
+	}
+	return env
+}
+
+// ArtifactEnv describes a Backup's artifact to a restore or cleanup Job.
+func ArtifactEnv(b *backupsv1.Backup) []corev1.EnvVar {
+	env := []corev1.EnvVar{{Name: jobapi.EnvBackupName, Value: b.Name}}
+	if a := b.Status.Artifact; a != nil {
+		env = append(env,
+			corev1.EnvVar{Name: jobapi.EnvArtifactURI, Value: a.URI},
+			corev1.EnvVar{Name: jobapi.EnvArtifactChecksum, Value: a.Checksum},
+			corev1.EnvVar{Name: jobapi.EnvArtifactSizeBytes, Value: strconv.FormatInt(a.SizeBytes, 10)})
+	}
+	return env
+}
+
+// Outcome is what a Job came to.
+type Outcome struct {
+	// Finished is set once the Job is Complete or Failed.
+	Finished, Succeeded bool
+	// Reason and Message explain a failure: DeadlineExceeded or Failed, and what the pod said.
+	Reason, Message string
+	// Report is the succeeded pod's first non-empty termination message, and Pod that pod's name.
+	Report, Pod string
+}
+
+// Observe reads a Job's outcome; for a finished Job it lists the Job's pods (uncached: the driver
+// does not watch pods) to read termination messages.
+func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome, error) {
+	var complete, failed *batchv1.JobCondition
+	for i, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			complete = &job.Status.Conditions[i]
+		case batchv1.JobFailed:
+			failed = &job.Status.Conditions[i]
+		}
+	}
+	if complete == nil && failed == nil {
+		return Outcome{}, nil
+	}
+	list := &corev1.PodList{}
+	if err := pods.List(ctx, list, client.InNamespace(job.Namespace),
+		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
+		return Outcome{}, fmt.Errorf("listing the pods of Job %s: %w", job.Name, err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool {
+		return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp) ||
+			list.Items[i].CreationTimestamp.Equal(&list.Items[j].CreationTimestamp) && list.Items[i].Name < list.Items[j].Name
+	})
+	if complete != nil {
+		out := Outcome{Finished: true, Succeeded: true}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.Status.Phase == corev1.PodSucceeded {
+				out.Pod, out.Report = p.Name, firstMessage(p)
+			}
+		}
+		return out, nil
+	}
+	out := Outcome{Finished: true, Reason: backupsv1.ReasonFailed}
+	if failed.Reason == batchv1.JobReasonDeadlineExceeded {
+		out.Reason = backupsv1.ReasonDeadlineExceeded
+	}
+	out.Message = fmt.Sprintf("Job %s failed (%s): %s", job.Name, failed.Reason, failed.Message)
+	for i := len(list.Items) - 1; i >= 0; i-- {
+		if d := podFailure(&list.Items[i]); d != "" {
+			out.Message += "; " + d
+			break
+		}
+	}
+	return out, nil
+}
+
+// firstMessage is the first non-empty termination message of a pod's containers, in spec order.
+func firstMessage(p *corev1.Pod) string {
+	for _, name := range containerNames(p) {
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name == name && s.State.Terminated != nil && strings.TrimSpace(s.State.Terminated.Message) != "" {
+				return s.State.Terminated.Message
+			}
+		}
+	}
+	return ""
+}
+
+// podFailure says why a pod failed: each container that ended badly, with exit code, reason and
+// message, or the pod's own reason (e.g. DeadlineExceeded, Evicted).
+func podFailure(p *corev1.Pod) string {
+	var parts []string
+	for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		t := s.State.Terminated
+		if t == nil || t.ExitCode == 0 {
+			continue
+		}
+		d := fmt.Sprintf("pod %s container %s exited with code %d", p.Name, s.Name, t.ExitCode)
+		if t.Reason != "" {
+			d += " (" + t.Reason + ")"
+		}
+		if m := strings.TrimSpace(t.Message); m != "" {
+			d += ": " + m
+		}
+		parts = append(parts, d)
+	}
+	if len(parts) == 0 && (p.Status.Reason != "" || p.Status.Message != "") {
+		parts = append(parts, fmt.Sprintf("pod %s: %s %s", p.Name, p.Status.Reason, p.Status.Message))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func containerNames(p *corev1.Pod) []string {
+	out := make([]string, 0, len(p.Spec.Containers))
+	for _, c := range p.Spec.Containers {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// Release applies the strategy's ttlSecondsAfterFinished to a finished run's Job, now that its
+// outcome is recorded. A missing or foreign Job is left alone.
+func Release(ctx context.Context, c client.Client, run Run) error {
+	job, err := Get(ctx, c, run)
+	if job == nil || err != nil {
+		_, isFailure := resolve.AsFailure(err)
+		if isFailure {
+			err = nil
+		}
+		return err
+	}
+	ttl, ok := job.Annotations[AnnotationTTL]
+	if !ok || job.Spec.TTLSecondsAfterFinished != nil {
+		return nil
+	}
+	n, err := strconv.ParseInt(ttl, 10, 32)
+	if err != nil {
+		return nil
+	}
+	orig := job.DeepCopy()
+	job.Spec.TTLSecondsAfterFinished = ptr.To(int32(n))
+	if err := c.Patch(ctx, job, client.MergeFrom(orig)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// RunOf maps a Job to the object it serves, when it is of the given kind.
+func RunOf(kind string) func(context.Context, client.Object) []reconcile.Request {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		if o.GetLabels()[names.LabelRunKind] != kind {
+			return nil
+		}
+		ns, name, ok := strings.Cut(o.GetAnnotations()[AnnotationRun], "/")
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+	}
+}
+
+// Render renders one of a strategy's pod templates (named which, for messages); it fails closed
+// with TemplateRenderFailed.
+func Render(strat *jobapi.JobBackupStrategy, which string, tmpl corev1.PodTemplateSpec, data strategy.Context) (corev1.PodTemplateSpec, error) {
+	out := corev1.PodTemplateSpec{}
+	if err := strategy.Render(tmpl, data, &out); err != nil {
+		return out, resolve.Failf(backupsv1.ReasonTemplateRenderFailed, "JobBackupStrategy %s %s: %v", strat.Name, which, err)
+	}
+	if len(out.Spec.Containers) == 0 {
+		return out, resolve.Failf(backupsv1.ReasonTemplateRenderFailed, "JobBackupStrategy %s %s has no containers", strat.Name, which)
+	}
+	return out, nil
+}
+
+// DeadlineGrace is how long after a Job's activeDeadlineSeconds the driver waits for the Job
+// controller to report DeadlineExceeded before failing the run itself.
+const DeadlineGrace = 2 * time.Minute
+
+// Deadline fails a run whose Job outlived its activeDeadlineSeconds by DeadlineGrace (the Job
+// controller normally fails it first); otherwise it requeues for that moment. Job changes wake the
+// reconciler through the watch.
+func Deadline(started time.Time, j *batchv1.Job, now time.Time) (reconcile.Result, error) {
+	limit := time.Duration(*j.Spec.ActiveDeadlineSeconds)*time.Second + DeadlineGrace
+	left := started.Add(limit).Sub(now)
+	if left <= 0 {
+		return reconcile.Result{}, resolve.Failf(backupsv1.ReasonDeadlineExceeded,
+			"Job %s has not finished %s after the run started (activeDeadlineSeconds %d); is kube-controller-manager running?",
+			j.Name, limit, *j.Spec.ActiveDeadlineSeconds)
+	}
+	return reconcile.Result{RequeueAfter: left}, nil
+}
+
+// Parameters are the BackupClass parameters a Backup was taken with, from its driverMetadata.
+func Parameters(b *backupsv1.Backup) map[string]string {
+	params := map[string]string{}
+	for k, v := range b.Spec.DriverMetadata {
+		if p, ok := strings.CutPrefix(k, names.MetaParamPrefix); ok {
+			params[p] = v
+		}
+	}
+	return params
+}
