@@ -2,7 +2,7 @@
 # Builds the binaries of the local cluster from pinned Go modules (tools/testbin/*) into a cache
 # outside the checkout, skipping those already there. Prints the cache directory on stdout.
 #
-#   hack/testbin.sh [binary...]     default: kube-apiserver kube-controller-manager etcd etcdctl etcdutl
+#   hack/testbin.sh [binary...]     default: kube-apiserver kube-controller-manager kube-scheduler kubelet etcd etcdctl etcdutl
 #   hack/testbin.sh --velero        velero, velero-plugin-for-aws and minio (the S3 test stack)
 #
 # COFFER_TESTBIN_ROOT overrides the cache root (default $HOME/.cache/coffer/testbin).
@@ -38,7 +38,7 @@ build() { # name module-dir package ldflags
 }
 
 bins=("$@")
-[ ${#bins[@]} -gt 0 ] || bins=(etcd etcdctl etcdutl kube-apiserver kube-controller-manager)
+[ ${#bins[@]} -gt 0 ] || bins=(etcd etcdctl etcdutl kube-apiserver kube-controller-manager kube-scheduler kubelet)
 for b in "${bins[@]}"; do
 	case $b in
 	etcd) build etcd etcd go.etcd.io/etcd/server/v3 "-s -w" ;;

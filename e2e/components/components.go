@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -139,4 +140,65 @@ func ServiceAccountKubeconfig(adminKubeconfig, ns, name string) (string, error) 
 	}
 	path := filepath.Join(filepath.Dir(adminKubeconfig), "kubeconfig-"+ns+"-"+name)
 	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// Spec is a component as deploy/ runs it: the module and binary, and the namespace of its
+// ServiceAccount (coffer-<module>) and leader-election Lease.
+type Spec struct {
+	Module, Binary, Namespace string
+	// Args are added to the flags every component takes (kubeconfig, leader election, metrics and
+	// probes off).
+	Args []string
+}
+
+// Component is a running component that can be killed and started again with the same flags.
+type Component struct {
+	Spec
+	*Process
+	bin, kubeconfig string
+}
+
+// Launch builds a component into binDir (unless it is there already) and starts it authenticated
+// as its ServiceAccount.
+func Launch(root, binDir, adminKubeconfig string, s Spec) (*Component, error) {
+	bin := filepath.Join(binDir, s.Binary)
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = Build(root, s.Module, s.Binary, binDir); err != nil {
+			return nil, err
+		}
+	}
+	kc, err := ServiceAccountKubeconfig(adminKubeconfig, s.Namespace, "coffer-"+s.Module)
+	if err != nil {
+		return nil, err
+	}
+	c := &Component{Spec: s, bin: bin, kubeconfig: kc}
+	return c, c.Restart()
+}
+
+// Restart starts the component again (after Kill or Stop).
+func (c *Component) Restart() error {
+	args := append([]string{"--kubeconfig=" + c.kubeconfig, "--leader-elect=true", "--leader-election-namespace=" + c.Namespace,
+		"--metrics-bind-address=0", "--health-probe-bind-address=0"}, c.Args...)
+	p, err := Start(c.bin, args...)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", c.Binary, err)
+	}
+	if c.Process != nil {
+		p.Log.Write([]byte(c.Log.String() + "\n--- restarted ---\n"))
+	}
+	c.Process = p
+	return nil
+}
+
+// StopAndCheck stops a component at the end of a test, fails the test if the component hit an
+// RBAC denial (the shipped RBAC must cover everything it did), and logs its tail when the test
+// failed.
+func StopAndCheck(t testing.TB, c *Component) {
+	c.Stop(10 * time.Second)
+	if strings.Contains(c.Log.String(), "is forbidden") {
+		t.Errorf("%s hit an RBAC denial:\n%s", c.Binary, c.Tail())
+	}
+	if t.Failed() {
+		t.Logf("%s log (tail):\n%s", c.Binary, c.Tail())
+	}
 }

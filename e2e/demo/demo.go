@@ -43,14 +43,6 @@ var Kinds = []schema.GroupVersionResource{
 	securityv1.GroupVersion.WithResource("securityevents"),
 }
 
-// installable are the kinds of deploy/ the control-plane-only cluster can take. Deployments need a
-// node (the real-node e2e tier runs them); ServiceMonitors need the Prometheus operator's CRD.
-var installable = map[string]bool{
-	"CustomResourceDefinition": true, "Namespace": true, "ServiceAccount": true, "Service": true,
-	"ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
-	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
-}
-
 // Start brings the demo cluster up, installs deploy/ and the samples, and reports on out. The
 // caller stops the returned cluster.
 func Start(ctx context.Context, root string, out io.Writer) (*cluster.Cluster, error) {
@@ -86,15 +78,7 @@ func install(ctx context.Context, c *cluster.Cluster, root string, out io.Writer
 		if err != nil {
 			return err
 		}
-		var take []*unstructured.Unstructured
-		var skipped []string
-		for _, o := range objs {
-			if installable[o.GetKind()] {
-				take = append(take, o)
-			} else {
-				skipped = append(skipped, o.GetKind()+"/"+o.GetName())
-			}
-		}
+		take, skipped := manifests.Nodeless(objs)
 		if err := manifests.Apply(ctx, cl, take); err != nil {
 			return err
 		}

@@ -29,18 +29,6 @@ import (
 	"github.com/coffer-backup/coffer/e2e/velerostack"
 )
 
-// installable are what a control plane without nodes can take from deploy/.
-var installable = map[string]bool{
-	"CustomResourceDefinition": true, "Namespace": true, "ServiceAccount": true,
-	"ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
-	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
-}
-
-type component struct {
-	module, binary, namespace string
-	args                      []string
-}
-
 func TestGoldenLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -52,43 +40,20 @@ func TestGoldenLifecycle(t *testing.T) {
 	t.Cleanup(func() { _ = c.Stop() })
 	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme})
 	require.NoError(t, err)
-	for _, comp := range manifests.Components {
-		objs, err := manifests.Render(filepath.Join(root, "deploy", comp))
-		require.NoError(t, err)
-		var take []*unstructured.Unstructured
-		for _, o := range objs {
-			if installable[o.GetKind()] {
-				take = append(take, o)
-			}
-		}
-		require.NoError(t, manifests.Apply(ctx, cl, take))
-	}
+	require.NoError(t, manifests.InstallNodeless(ctx, cl, root))
 	stack, err := velerostack.Start(ctx, c)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
 
 	bin := t.TempDir()
-	for _, comp := range []component{
-		{"core-controller", "core-controller", "coffer-system", []string{"--driver-claim-timeout=5m"}},
-		{"driver-velero", "driver-velero", "coffer-system", nil},
-		{"verifier", "verifier", "ugallu-system", []string{"--cluster-id=e2e", "--cluster-name=lifecycle", "--etcd-snapshot-dir=" + t.TempDir()}},
+	for _, spec := range []components.Spec{
+		{Module: "core-controller", Binary: "core-controller", Namespace: "coffer-system", Args: []string{"--driver-claim-timeout=5m"}},
+		{Module: "driver-velero", Binary: "driver-velero", Namespace: "coffer-system"},
+		{Module: "verifier", Binary: "verifier", Namespace: "ugallu-system", Args: []string{"--cluster-id=e2e", "--cluster-name=lifecycle", "--etcd-snapshot-dir=" + t.TempDir()}},
 	} {
-		path, err := components.Build(root, comp.module, comp.binary, bin)
+		p, err := components.Launch(root, bin, c.Kubeconfig, spec)
 		require.NoError(t, err)
-		kc, err := components.ServiceAccountKubeconfig(c.Kubeconfig, comp.namespace, "coffer-"+comp.module)
-		require.NoError(t, err)
-		args := append([]string{"--kubeconfig=" + kc, "--leader-elect=true", "--leader-election-namespace=" + comp.namespace,
-			"--metrics-bind-address=0", "--health-probe-bind-address=0"}, comp.args...)
-		p, err := components.Start(path, args...)
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			p.Stop(10 * time.Second)
-			// The shipped RBAC must cover everything the component did.
-			assert.NotContains(t, p.Log.String(), "is forbidden", "%s hit an RBAC denial", comp.binary)
-			if t.Failed() {
-				t.Logf("%s log (tail):\n%s", comp.binary, p.Tail())
-			}
-		})
+		t.Cleanup(func() { components.StopAndCheck(t, p) })
 	}
 
 	// The application: a Shop with its objects.

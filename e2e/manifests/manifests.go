@@ -103,3 +103,40 @@ func waitEstablished(ctx context.Context, c client.Client, name string) error {
 		return false, nil
 	})
 }
+
+// nodeless are the kinds of deploy/ that a control plane without nodes can take: everything but
+// the workloads (Deployments) and the monitoring objects (whose CRDs a bare cluster lacks).
+var nodeless = map[string]bool{
+	"CustomResourceDefinition": true, "Namespace": true, "ServiceAccount": true, "Service": true,
+	"ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+}
+
+// InstallNodeless applies, for every component, what deploy/<component> ships apart from its
+// workloads and monitoring objects: the CRDs, namespaces, RBAC and admission policies.
+func InstallNodeless(ctx context.Context, c client.Client, root string) error {
+	for _, comp := range Components {
+		objs, err := Render(filepath.Join(root, "deploy", comp))
+		if err != nil {
+			return err
+		}
+		take, _ := Nodeless(objs)
+		if err := Apply(ctx, c, take); err != nil {
+			return fmt.Errorf("installing deploy/%s: %w", comp, err)
+		}
+	}
+	return nil
+}
+
+// Nodeless splits rendered objects into those a control plane without nodes can take and the
+// kind/name of the others.
+func Nodeless(objs []*unstructured.Unstructured) (take []*unstructured.Unstructured, skipped []string) {
+	for _, o := range objs {
+		if nodeless[o.GetKind()] {
+			take = append(take, o)
+		} else {
+			skipped = append(skipped, o.GetKind()+"/"+o.GetName())
+		}
+	}
+	return take, skipped
+}
