@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,6 +57,10 @@ type Options struct {
 	ControllerManagerArgs []string
 	// CRDDirectoryPaths are installed (and waited for) before Start returns.
 	CRDDirectoryPaths []string
+	// APIServerArgs are extra kube-apiserver flags, each "--name=value". A flag named here
+	// replaces the default for that flag (e.g. --advertise-address); repeat a flag to pass it
+	// several values.
+	APIServerArgs []string
 	// Output receives the servers' logs; nil discards them.
 	Output *os.File
 }
@@ -108,6 +113,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Output != nil {
 		api.Out, api.Err = opts.Output, opts.Output
 	}
+	if err := setArgs(api.Configure(), opts.APIServerArgs); err != nil {
+		c.cleanup()
+		return nil, err
+	}
 	cfg, err := c.env.Start()
 	if err != nil {
 		c.cleanup()
@@ -126,6 +135,26 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// setArgs sets "--name=value" flags on envtest arguments, values of one name together.
+func setArgs(args *envtest.Arguments, flags []string) error {
+	var order []string
+	values := map[string][]string{}
+	for _, f := range flags {
+		name, value, ok := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		if !ok || name == "" || !strings.HasPrefix(f, "--") {
+			return fmt.Errorf("kube-apiserver flag %q is not of the form --name=value", f)
+		}
+		if _, seen := values[name]; !seen {
+			order = append(order, name)
+		}
+		values[name] = append(values[name], value)
+	}
+	for _, name := range order {
+		args.Set(name, values[name]...)
+	}
+	return nil
 }
 
 func (c *Cluster) writeKubeconfig() error {

@@ -617,4 +617,3 @@ func drain(rec *events.FakeRecorder) []string {
 		}
 	}
 }
-

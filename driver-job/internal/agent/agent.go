@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+)
+
+// DefaultPartSize is the part size of a backup's multipart upload. The agent holds one part in
+// memory at a time, so it bounds memory; with S3's 10,000 parts it bounds a backup to 156 GiB.
+const DefaultPartSize = 16 << 20
+
+// Agent runs backups, restores and cleanups against one S3 client.
+type Agent struct {
+	// S3 is the object store's client.
+	S3 *minio.Client
+	// Log receives progress lines and warnings; usually stderr.
+	Log io.Writer
+	// PartSize is the part size of backup uploads; zero means DefaultPartSize.
+	PartSize uint64
+
+	// afterVerify, when set, runs between the two passes of a restore; tests change the object
+	// there.
+	afterVerify func()
+}
+
+// NewClient returns an S3 client of endpoint (see ParseEndpoint) with static credentials.
+func NewClient(endpoint, region, accessKeyID, secretAccessKey string) (*minio.Client, error) {
+	host, secure, err := ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c, err := minio.New(host, &minio.Options{
+		Creds:  credentials.NewStaticV4(accessKeyID, secretAccessKey, ""),
+		Secure: secure,
+		Region: region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("S3 client of %s: %w", endpoint, err)
+	}
+	c.SetAppInfo("coffer-agent", "v1alpha1")
+	return c, nil
+}
+
+func (a *Agent) logf(format string, args ...any) {
+	if a.Log != nil {
+		fmt.Fprintf(a.Log, "coffer-agent: "+format+"\n", args...)
+	}
+}
+
+// Main runs the agent with command-line args and the environment getenv, and returns the process's
+// exit code: 0, 1 on failure, 2 on a usage error. A failure is one line on stderr and the content
+// of the termination log.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := ParseConfig(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		PrintUsage(stdout)
+		return 0
+	}
+	if err == nil {
+		err = Run(ctx, cfg, stdout, stderr)
+	}
+	if err == nil {
+		return 0
+	}
+	msg := oneLine(err.Error())
+	code := 1
+	if ue := (*UsageError)(nil); errors.As(err, &ue) {
+		code = 2
+		msg = "usage: " + msg + " (see --help)"
+	} else {
+		msg = cfg.Mode + " failed: " + msg
+	}
+	fmt.Fprintf(stderr, "coffer-agent: %s\n", msg)
+	if werr := writeTerminationLog(cfg.TerminationLog, []byte(msg)); werr != nil {
+		fmt.Fprintf(stderr, "coffer-agent: %v\n", werr)
+	}
+	return code
+}
+
+// Run does what a valid cfg asks: the backup writes its ArtifactReport to the termination log
+// and stdout, a restore a short JSON status to both.
+func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	s3, err := NewClient(cfg.Endpoint, cfg.Region, cfg.AccessKeyID, cfg.SecretAccessKey)
+	if err != nil {
+		return err
+	}
+	a := &Agent{S3: s3, Log: stderr}
+	if cfg.Application != "" {
+		a.logf("%s of %s for %s %s/%s", cfg.Mode, cfg.Application, cfg.RunKind, cfg.RunNamespace, cfg.RunName)
+	}
+	switch cfg.Mode {
+	case jobv1.ModeBackup:
+		report, err := a.Backup(ctx, cfg.Dir, cfg.Bucket, ObjectKey(cfg.Prefix, cfg.RunName, cfg.RunUID))
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(report)
+		if err != nil {
+			return err
+		}
+		if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
+			return fmt.Errorf("%s was uploaded but its report was not written: %w", report.URI, err)
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	case jobv1.ModeRestore:
+		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
+		if err != nil {
+			return err
+		}
+		if cfg.Bucket != "" && cfg.Bucket != bucket {
+			a.logf("restoring from bucket %q of the artifact URI, not --bucket %q", bucket, cfg.Bucket)
+		}
+		status, err := a.Restore(ctx, cfg.Dir, Artifact{Bucket: bucket, Key: key, Checksum: cfg.ArtifactChecksum, SizeBytes: cfg.ArtifactSizeBytes})
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(status)
+		if err != nil {
+			return err
+		}
+		// The status is informative: a restore that worked does not fail for it.
+		if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
+			a.logf("warning: %v", err)
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	case jobv1.ModeCleanup:
+		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
+		if err != nil {
+			return err
+		}
+		return a.Cleanup(ctx, bucket, key)
+	}
+	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore or cleanup", cfg.Mode)}
+}
+
+// writeTerminationLog replaces the content of path with msg, cut to what Kubernetes keeps. An empty
+// path writes nothing.
+func writeTerminationLog(path string, msg []byte) error {
+	if path == "" {
+		return nil
+	}
+	if len(msg) > jobv1.MaxReportBytes {
+		msg = msg[:jobv1.MaxReportBytes]
+		for len(msg) > 0 && !utf8.Valid(msg) {
+			msg = msg[:len(msg)-1]
+		}
+	}
+	if err := os.WriteFile(path, msg, 0o644); err != nil {
+		return fmt.Errorf("writing the termination log: %w", err)
+	}
+	return nil
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

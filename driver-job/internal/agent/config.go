@@ -1,0 +1,250 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+)
+
+// Environment variables the agent reads besides the driver's contract.
+const (
+	// EnvDataDir is the fallback of --dir.
+	EnvDataDir = "COFFER_DATA_DIR"
+	// EnvAccessKeyID and EnvSecretAccessKey are the S3 credentials, usually from a Secret mounted
+	// with envFrom. They are never printed.
+	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+)
+
+// Defaults of the flags.
+const (
+	DefaultDir            = "/data"
+	DefaultTerminationLog = "/dev/termination-log"
+)
+
+// Config is the agent's configuration, from flags with environment fallbacks.
+type Config struct {
+	// Mode is backup, restore or cleanup.
+	Mode string
+	// Dir is the directory backed up, or restored into.
+	Dir string
+	// Endpoint is the S3 endpoint as given: http://host:port, https://host[:port] or host[:port]
+	// (HTTPS).
+	Endpoint string
+	// Bucket receives backups. Restore and cleanup take the bucket from the artifact URI.
+	Bucket string
+	// Prefix is prepended to backup keys; by default the run's namespace.
+	Prefix string
+	// Region is the bucket's region; empty lets the client ask the server.
+	Region string
+	// TerminationLog receives the report or the error; empty disables it.
+	TerminationLog string
+
+	// AccessKeyID and SecretAccessKey are the S3 credentials.
+	AccessKeyID, SecretAccessKey string
+
+	// RunName, RunNamespace and RunUID identify the BackupJob, RestoreJob or Backup served.
+	RunKind, RunName, RunNamespace, RunUID string
+	// Application names the application, for the log.
+	Application string
+
+	// ArtifactURI, ArtifactChecksum and ArtifactSizeBytes (-1 when unknown) describe the artifact
+	// restored or deleted.
+	ArtifactURI       string
+	ArtifactChecksum  string
+	ArtifactSizeBytes int64
+}
+
+// UsageError is a configuration error; the agent exits with code 2 on it.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usageErrorf(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// stringFlag is a flag whose value falls back to an environment variable when the flag is not
+// given; the flag wins.
+type stringFlag struct {
+	name, env, def, usage string
+	target                *string
+}
+
+func (c *Config) flags() []stringFlag {
+	return []stringFlag{
+		{"mode", jobv1.EnvMode, "", "backup, restore or cleanup", &c.Mode},
+		{"dir", EnvDataDir, DefaultDir, "directory backed up, or restored into", &c.Dir},
+		{"endpoint", jobv1.ParamEnvName("endpoint"), "", "S3 endpoint: http://host:port, https://host[:port], or host[:port] for HTTPS", &c.Endpoint},
+		{"bucket", jobv1.ParamEnvName("bucket"), "", "bucket receiving backups (restore and cleanup use the artifact URI's)", &c.Bucket},
+		{"prefix", jobv1.ParamEnvName("prefix"), "", "key prefix of backups; by default the run's namespace (" + jobv1.EnvRunNamespace + ")", &c.Prefix},
+		{"region", jobv1.ParamEnvName("region"), "", "bucket region (optional)", &c.Region},
+		{"termination-log", "", DefaultTerminationLog, "file receiving the report or the error; empty disables it", &c.TerminationLog},
+	}
+}
+
+// newFlagSet returns the agent's flags bound to c.
+func (c *Config) newFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("coffer-agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, f := range c.flags() {
+		usage := f.usage
+		if f.env != "" {
+			usage += " (env " + f.env + ")"
+		}
+		fs.StringVar(f.target, f.name, f.def, usage)
+	}
+	return fs
+}
+
+// PrintUsage writes the agent's help.
+func PrintUsage(w io.Writer) {
+	fs := (&Config{}).newFlagSet()
+	fmt.Fprintf(w, "Usage: coffer-agent [flags]\n\nBacks up a directory to S3 as one tar, restores it, or deletes it.\n"+
+		"Credentials come from %s and %s. Flags win over their environment variables.\n\nFlags:\n",
+		EnvAccessKeyID, EnvSecretAccessKey)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+var checksumPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// ParseConfig reads flags from args and fallbacks from getenv, and validates what the mode needs.
+// It returns flag.ErrHelp for -h and --help, and a *UsageError for anything else wrong; the Config
+// is never nil, and holds what was parsed before the error (the termination log, in particular).
+func ParseConfig(args []string, getenv func(string) string) (*Config, error) {
+	c := &Config{ArtifactSizeBytes: -1}
+	fs := c.newFlagSet()
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, usageErrorf("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return c, usageErrorf("unexpected arguments %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, f := range c.flags() {
+		if given[f.name] || f.env == "" {
+			continue
+		}
+		if v := getenv(f.env); v != "" {
+			*f.target = v
+		}
+	}
+
+	c.AccessKeyID, c.SecretAccessKey = getenv(EnvAccessKeyID), getenv(EnvSecretAccessKey)
+	c.RunKind, c.RunName, c.RunNamespace, c.RunUID = getenv(jobv1.EnvRunKind), getenv(jobv1.EnvRunName), getenv(jobv1.EnvRunNamespace), getenv(jobv1.EnvRunUID)
+	if k := getenv(jobv1.EnvApplicationKind); k != "" {
+		c.Application = k + " " + getenv(jobv1.EnvApplicationName)
+		if g := getenv(jobv1.EnvApplicationAPIGroup); g != "" {
+			c.Application = g + "/" + c.Application
+		}
+	}
+	c.ArtifactURI, c.ArtifactChecksum = getenv(jobv1.EnvArtifactURI), getenv(jobv1.EnvArtifactChecksum)
+	if !given["prefix"] && c.Prefix == "" {
+		c.Prefix = c.RunNamespace
+	}
+	if s := getenv(jobv1.EnvArtifactSizeBytes); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return c, usageErrorf("%s=%q is not a byte count", jobv1.EnvArtifactSizeBytes, s)
+		}
+		c.ArtifactSizeBytes = n
+	}
+	return c, c.validate()
+}
+
+func (c *Config) validate() error {
+	switch c.Mode {
+	case jobv1.ModeBackup, jobv1.ModeRestore, jobv1.ModeCleanup:
+	case "":
+		return usageErrorf("no mode: set --mode or %s to backup, restore or cleanup", jobv1.EnvMode)
+	default:
+		return usageErrorf("mode %q is not backup, restore or cleanup", c.Mode)
+	}
+	if c.Endpoint == "" {
+		return usageErrorf("no S3 endpoint: set --endpoint or %s", jobv1.ParamEnvName("endpoint"))
+	}
+	if _, _, err := ParseEndpoint(c.Endpoint); err != nil {
+		return &UsageError{Err: err}
+	}
+	if c.AccessKeyID == "" || c.SecretAccessKey == "" {
+		return usageErrorf("no S3 credentials: set %s and %s (mount a Secret with envFrom)", EnvAccessKeyID, EnvSecretAccessKey)
+	}
+	if c.Mode != jobv1.ModeCleanup && c.Dir == "" {
+		return usageErrorf("no directory: set --dir or %s", EnvDataDir)
+	}
+	switch c.Mode {
+	case jobv1.ModeBackup:
+		if c.Bucket == "" {
+			return usageErrorf("no bucket: set --bucket or %s", jobv1.ParamEnvName("bucket"))
+		}
+		if c.RunName == "" || c.RunUID == "" {
+			return usageErrorf("%s and %s are required to name the backup", jobv1.EnvRunName, jobv1.EnvRunUID)
+		}
+	case jobv1.ModeRestore:
+		if !checksumPattern.MatchString(c.ArtifactChecksum) {
+			return usageErrorf("%s=%q is not sha256: followed by 64 lower-case hex digits", jobv1.EnvArtifactChecksum, c.ArtifactChecksum)
+		}
+		fallthrough
+	case jobv1.ModeCleanup:
+		if _, _, err := ParseArtifactURI(c.ArtifactURI); err != nil {
+			return &UsageError{Err: err}
+		}
+	}
+	return nil
+}
+
+// ParseEndpoint splits an endpoint into the host[:port] the S3 client wants and whether to use TLS.
+// The scheme decides; an endpoint without scheme means HTTPS.
+func ParseEndpoint(endpoint string) (host string, secure bool, err error) {
+	raw := endpoint
+	if !strings.Contains(raw, "://") {
+		raw = "https://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", false, fmt.Errorf("endpoint %q: %w", endpoint, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", false, fmt.Errorf("endpoint %q: the scheme must be http or https", endpoint)
+	case u.Host == "":
+		return "", false, fmt.Errorf("endpoint %q has no host", endpoint)
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.User != nil:
+		return "", false, fmt.Errorf("endpoint %q must be scheme://host[:port] only", endpoint)
+	}
+	return u.Host, u.Scheme == "https", nil
+}
+
+// ParseArtifactURI splits s3://bucket/key.
+func ParseArtifactURI(uri string) (bucket, key string, err error) {
+	if uri == "" {
+		return "", "", fmt.Errorf("no artifact: %s is empty", jobv1.EnvArtifactURI)
+	}
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "", "", fmt.Errorf("artifact URI %q: %w", uri, err)
+	}
+	key = strings.TrimPrefix(u.Path, "/")
+	if u.Scheme != "s3" || u.Host == "" || key == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", "", fmt.Errorf("artifact URI %q is not s3://bucket/key", uri)
+	}
+	return u.Host, key, nil
+}
+
+// ArtifactURI is the inverse of ParseArtifactURI.
+func ArtifactURI(bucket, key string) string {
+	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
+}

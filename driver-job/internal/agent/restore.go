@@ -1,0 +1,427 @@
+package agent
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// Artifact is an object to restore: where it is and what it must hash to.
+type Artifact struct {
+	Bucket, Key string
+	// Checksum is "sha256:" and 64 lower-case hex digits.
+	Checksum string
+	// SizeBytes is the expected size, or -1 when unknown.
+	SizeBytes int64
+}
+
+// RestoreStatus is what a restore reports in its termination message; it is informative only.
+type RestoreStatus struct {
+	URI         string `json:"uri"`
+	SizeBytes   int64  `json:"sizeBytes"`
+	Files       int64  `json:"files"`
+	Directories int64  `json:"directories"`
+	Symlinks    int64  `json:"symlinks"`
+}
+
+// Restore restores the artifact into dir in two passes. The first hashes the object and writes
+// nothing: a wrong size or checksum fails the restore with dir untouched. The second extracts the
+// object into a staging directory inside dir while hashing it again, and fails, removing the
+// staging directory, if the object changed in between. Then each top-level entry of the backup
+// replaces the entry of the same name in dir, as a whole; entries of dir the backup does not hold
+// are left alone.
+func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*RestoreStatus, error) {
+	uri := ArtifactURI(art.Bucket, art.Key)
+	dir, err := realDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("the directory to restore into: %w", err)
+	}
+	stat, err := a.S3.StatObject(ctx, art.Bucket, art.Key, minio.StatObjectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", uri, err)
+	}
+	if art.SizeBytes >= 0 && stat.Size != art.SizeBytes {
+		return nil, fmt.Errorf("%s is %d bytes, expected %d; nothing was restored", uri, stat.Size, art.SizeBytes)
+	}
+
+	a.logf("verifying %s (%d bytes)", uri, stat.Size)
+	obj, err := a.open(ctx, art, stat.ETag)
+	if err != nil {
+		return nil, err
+	}
+	_, err = io.CopyBuffer(discard, obj, make([]byte, 1<<20))
+	obj.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", uri, readError(err))
+	}
+	if sum := obj.sum(); sum != art.Checksum || obj.n != stat.Size {
+		return nil, fmt.Errorf("%s has checksum %s (%d bytes), expected %s; nothing was restored", uri, sum, obj.n, art.Checksum)
+	}
+	if a.afterVerify != nil {
+		a.afterVerify()
+	}
+
+	staging, err := os.MkdirTemp(dir, stagingPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("creating the staging directory: %w", err)
+	}
+	defer func() {
+		if err := removeAll(staging); err != nil {
+			a.logf("warning: removing the staging directory: %v", err)
+		}
+	}()
+	data := filepath.Join(staging, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		return nil, err
+	}
+	a.logf("extracting %s into %s", uri, dir)
+	status := &RestoreStatus{URI: uri, SizeBytes: stat.Size}
+	if err := a.extract(ctx, art, stat.ETag, data, status); err != nil {
+		return nil, fmt.Errorf("extracting %s: %w; nothing was restored", uri, err)
+	}
+	if err := moveIntoPlace(dir, staging); err != nil {
+		return nil, err
+	}
+	a.logf("restored %s: %d files, %d directories, %d symbolic links", uri, status.Files, status.Directories, status.Symlinks)
+	return status, nil
+}
+
+// extract is the second pass: it unpacks the object into data and checks it hashes as in the
+// first. Directories get their modes only once the checksum matched, so that a failed pass can be
+// removed.
+func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, status *RestoreStatus) error {
+	obj, err := a.open(ctx, art, etag)
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	root, err := os.OpenRoot(data)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	x := &extractor{root: root, warnf: a.logf, chown: os.Geteuid() == 0, kinds: map[string]kind{}, buf: make([]byte, 256<<10), status: status}
+	tr := tar.NewReader(obj)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil && !errors.Is(err, tar.ErrInsecurePath) { // insecure names are refused below
+			return fmt.Errorf("reading the archive: %w", readError(err))
+		}
+		if err := x.add(hdr, tr); err != nil {
+			return err
+		}
+	}
+	// The archive may be followed by padding, which the checksum covers.
+	if _, err := io.CopyBuffer(discard, obj, x.buf); err != nil {
+		return fmt.Errorf("reading the archive: %w", readError(err))
+	}
+	if sum := obj.sum(); sum != art.Checksum {
+		return fmt.Errorf("the object changed since it was verified: it now has checksum %s, expected %s", sum, art.Checksum)
+	}
+	return x.finish()
+}
+
+// hashedObject reads an object and hashes what it read. It is deliberately only a Reader: were it
+// an io.Seeker, tar.Reader would seek over data it skips, and the hash would miss it.
+type hashedObject struct {
+	obj  *minio.Object
+	hash hash.Hash
+	n    int64
+}
+
+func (o *hashedObject) Read(p []byte) (int, error) {
+	n, err := o.obj.Read(p)
+	o.hash.Write(p[:n])
+	o.n += int64(n)
+	return n, err
+}
+
+func (o *hashedObject) Close() error { return o.obj.Close() }
+
+func (o *hashedObject) sum() string { return "sha256:" + hex.EncodeToString(o.hash.Sum(nil)) }
+
+// open reads the object if it still has the ETag the restore started with.
+func (a *Agent) open(ctx context.Context, art Artifact, etag string) (*hashedObject, error) {
+	opts := minio.GetObjectOptions{}
+	if etag != "" {
+		if err := opts.SetMatchETag(etag); err != nil {
+			return nil, err
+		}
+	}
+	obj, err := a.S3.GetObject(ctx, art.Bucket, art.Key, opts)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", ArtifactURI(art.Bucket, art.Key), err)
+	}
+	return &hashedObject{obj: obj, hash: sha256.New()}, nil
+}
+
+// discard is io.Discard without its ReadFrom, so that io.CopyBuffer reads with the given buffer
+// rather than in 8 KiB steps.
+var discard = struct{ io.Writer }{io.Discard}
+
+// readError names a failed ETag precondition for what it is.
+func readError(err error) error {
+	if minio.ToErrorResponse(err).Code == "PreconditionFailed" {
+		return fmt.Errorf("the object changed since the restore started: %w", err)
+	}
+	return err
+}
+
+// kind is what the extractor made of a path.
+type kind byte
+
+const (
+	kindDir         kind = iota + 1 // a directory entry
+	kindImplicitDir                 // a parent directory without its own entry
+	kindFile
+	kindSymlink
+)
+
+// extractor creates a tar's entries below root. It refuses names that are absolute or hold "..",
+// entries below anything but a directory it created, and hard links; so nothing is written
+// outside root and no symbolic link is followed. os.Root enforces the first property again.
+type extractor struct {
+	root   *os.Root
+	warnf  func(string, ...any)
+	chown  bool
+	kinds  map[string]kind
+	dirs   []*tar.Header // in creation order; nil Header fields mean an implicit directory
+	buf    []byte
+	status *RestoreStatus
+}
+
+func (x *extractor) add(hdr *tar.Header, r io.Reader) error {
+	name, err := entryName(hdr.Name)
+	if err != nil || name == "." { // "./", the archive's root, carries nothing to restore
+		return err
+	}
+	if err := x.parents(name); err != nil {
+		return err
+	}
+	if k, ok := x.kinds[name]; ok {
+		if k == kindImplicitDir && hdr.Typeflag == tar.TypeDir {
+			x.kinds[name] = kindDir
+			x.dirs = append(x.dirs, named(hdr, name))
+			x.status.Directories++
+			return nil
+		}
+		return fmt.Errorf("entry %q appears twice", hdr.Name)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := x.root.Mkdir(name, 0o700); err != nil {
+			return err
+		}
+		x.kinds[name] = kindDir
+		x.dirs = append(x.dirs, named(hdr, name))
+		x.status.Directories++
+	case tar.TypeReg:
+		if err := x.file(name, hdr, r); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		x.kinds[name] = kindFile
+		x.status.Files++
+	case tar.TypeSymlink:
+		if err := x.root.Symlink(hdr.Linkname, name); err != nil {
+			return err
+		}
+		if x.chown {
+			if err := x.root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+				return err
+			}
+		}
+		x.kinds[name] = kindSymlink
+		x.status.Symlinks++
+	case tar.TypeLink:
+		return fmt.Errorf("entry %q is a hard link to %q; hard links are not restored", hdr.Name, hdr.Linkname)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		x.warnf("warning: skipping %s: devices and FIFOs are not restored", name)
+	default:
+		return fmt.Errorf("entry %q has the unsupported type %q", hdr.Name, hdr.Typeflag)
+	}
+	return nil
+}
+
+// file creates a regular file, which must not exist, with the entry's content, owner, mode and
+// modification time.
+func (x *extractor) file(name string, hdr *tar.Header, r io.Reader) error {
+	f, err := x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	// struct{ io.Writer } hides (*os.File).ReadFrom, which would allocate a buffer per file.
+	_, err = io.CopyBuffer(struct{ io.Writer }{f}, r, x.buf)
+	if err == nil && x.chown {
+		err = f.Chown(hdr.Uid, hdr.Gid) // before Chmod: chown clears set-id bits
+	}
+	if err == nil {
+		err = f.Chmod(mode(hdr))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return x.root.Chtimes(name, hdr.ModTime, hdr.ModTime)
+}
+
+// parents creates the missing parent directories of name, and refuses a name below anything but
+// a directory.
+func (x *extractor) parents(name string) error {
+	var missing []string
+walk:
+	for p := path.Dir(name); p != "."; p = path.Dir(p) {
+		switch x.kinds[p] {
+		case kindDir, kindImplicitDir:
+			break walk
+		case 0:
+			missing = append(missing, p)
+		default:
+			return fmt.Errorf("entry %q is below %q, which is not a directory", name, p)
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := x.root.Mkdir(missing[i], 0o700); err != nil {
+			return err
+		}
+		x.kinds[missing[i]] = kindImplicitDir
+		x.dirs = append(x.dirs, &tar.Header{Name: missing[i], Mode: 0o755})
+	}
+	return nil
+}
+
+// finish gives directories their owners, modes and times, children first, so that neither a
+// read-only parent nor a new child gets in the way.
+func (x *extractor) finish() error {
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		hdr := x.dirs[i]
+		if x.kinds[hdr.Name] == kindImplicitDir {
+			if err := x.root.Chmod(hdr.Name, mode(hdr)); err != nil {
+				return err
+			}
+			continue
+		}
+		if x.chown {
+			if err := x.root.Lchown(hdr.Name, hdr.Uid, hdr.Gid); err != nil {
+				return err
+			}
+		}
+		if err := x.root.Chmod(hdr.Name, mode(hdr)); err != nil {
+			return err
+		}
+		if err := x.root.Chtimes(hdr.Name, hdr.ModTime, hdr.ModTime); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func named(hdr *tar.Header, name string) *tar.Header {
+	h := *hdr
+	h.Name = name
+	return &h
+}
+
+// mode is an entry's permission, set-id and sticky bits.
+func mode(hdr *tar.Header) fs.FileMode {
+	return hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+}
+
+// entryName cleans an entry's name, and refuses one that is absolute or has a ".." component.
+func entryName(raw string) (string, error) {
+	if raw == "" {
+		return "", fmt.Errorf("the archive has an entry without a name")
+	}
+	if strings.HasPrefix(raw, "/") {
+		return "", fmt.Errorf("entry %q has an absolute path; refusing to restore it", raw)
+	}
+	for _, s := range strings.Split(raw, "/") {
+		if s == ".." {
+			return "", fmt.Errorf("entry %q has a \"..\" component that could escape the directory; refusing to restore it", raw)
+		}
+	}
+	name := path.Clean(raw)
+	if name != "." && !filepath.IsLocal(name) {
+		return "", fmt.Errorf("entry %q is not a path inside the directory; refusing to restore it", raw)
+	}
+	return name, nil
+}
+
+// moveIntoPlace moves each entry of staging/data into dir, moving an entry it replaces to
+// staging/replaced first, and back if the move fails.
+func moveIntoPlace(dir, staging string) error {
+	data, replaced := filepath.Join(staging, "data"), filepath.Join(staging, "replaced")
+	entries, err := os.ReadDir(data)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(replaced, 0o700); err != nil {
+		return err
+	}
+	for i, e := range entries {
+		dst := filepath.Join(dir, e.Name())
+		_, err := os.Lstat(dst)
+		exists := err == nil
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("restore stopped after %d of %d top-level entries: %w", i, len(entries), err)
+		}
+		if exists {
+			if err := os.Rename(dst, filepath.Join(replaced, e.Name())); err != nil {
+				return fmt.Errorf("restore stopped after %d of %d top-level entries: moving the existing %s aside: %w", i, len(entries), e.Name(), err)
+			}
+		}
+		if err := os.Rename(filepath.Join(data, e.Name()), dst); err != nil {
+			if exists {
+				_ = os.Rename(filepath.Join(replaced, e.Name()), dst)
+			}
+			return fmt.Errorf("restore stopped after %d of %d top-level entries: moving %s into place: %w", i, len(entries), e.Name(), err)
+		}
+	}
+	return nil
+}
+
+// removeAll removes a tree, making its directories writable first if it must.
+func removeAll(p string) error {
+	if os.RemoveAll(p) == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(q, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(p)
+}
+
+// realDir resolves dir's symbolic links and checks it is a directory.
+func realDir(dir string) (string, error) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", dir)
+	}
+	return real, nil
+}
