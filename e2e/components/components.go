@@ -5,6 +5,8 @@ package components
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/coffer-backup/coffer/e2e/cluster"
 )
 
 // Build compiles cmd/<binary> of a component module into dir and returns the binary's path.
@@ -110,11 +114,15 @@ func (p *Process) PeakRSSBytes() (int64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", p.Pid())
 }
 
-// Stop sends SIGTERM and waits (SIGKILL after grace).
+// Stop sends SIGTERM and waits (SIGKILL after grace). Stopping a stopped process returns at once.
 func (p *Process) Stop(grace time.Duration) {
+	if p.Exited() {
+		return
+	}
 	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case err := <-p.done:
+		p.done <- err // later waits return at once
 	case <-time.After(grace):
 		p.Kill()
 	}
@@ -123,8 +131,8 @@ func (p *Process) Stop(grace time.Duration) {
 // Kill sends SIGKILL, as a crash would, and waits for the exit.
 func (p *Process) Kill() {
 	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
-	<-p.done
-	p.done <- nil // later waits return at once
+	err := <-p.done
+	p.done <- err // later waits return at once
 }
 
 // ServiceAccountKubeconfig writes a kubeconfig, next to the admin one, that impersonates the
@@ -155,7 +163,24 @@ type Spec struct {
 type Component struct {
 	Spec
 	*Process
+	// MetricsURL is the component's Prometheus endpoint (plain HTTP on loopback).
+	MetricsURL      string
 	bin, kubeconfig string
+	metricsAddr     string
+}
+
+// Metrics scrapes the component's metrics endpoint.
+func (c *Component) Metrics() (string, error) {
+	resp, err := http.Get(c.MetricsURL)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", c.MetricsURL, resp.Status)
+	}
+	return string(b), err
 }
 
 // Launch builds a component into binDir (unless it is there already) and starts it authenticated
@@ -171,14 +196,19 @@ func Launch(root, binDir, adminKubeconfig string, s Spec) (*Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Component{Spec: s, bin: bin, kubeconfig: kc}
+	port, err := cluster.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	c := &Component{Spec: s, bin: bin, kubeconfig: kc, metricsAddr: "127.0.0.1:" + strconv.Itoa(port)}
+	c.MetricsURL = "http://" + c.metricsAddr + "/metrics"
 	return c, c.Restart()
 }
 
 // Restart starts the component again (after Kill or Stop).
 func (c *Component) Restart() error {
 	args := append([]string{"--kubeconfig=" + c.kubeconfig, "--leader-elect=true", "--leader-election-namespace=" + c.Namespace,
-		"--metrics-bind-address=0", "--health-probe-bind-address=0"}, c.Args...)
+		"--metrics-bind-address=" + c.metricsAddr, "--health-probe-bind-address=0"}, c.Args...)
 	p, err := Start(c.bin, args...)
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", c.Binary, err)

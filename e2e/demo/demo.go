@@ -1,6 +1,6 @@
-// Package demo is the program behind `make demo`: it starts the local control plane, installs
-// what deploy/ ships (CRDs, RBAC, admission policies), applies deploy/samples, shows that the
-// admission rules hold, and prints the objects of every Coffer kind as `kubectl get` would.
+// Package demo is the program behind `make demo`: it starts the local cluster of real processes
+// (package golden), walks a newcomer through the golden lifecycle, applies deploy/samples, shows
+// that the admission rules hold, and prints the objects of every Coffer kind as `kubectl get` would.
 package demo
 
 import (
@@ -25,7 +25,7 @@ import (
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerov1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/e2e/golden"
 	"github.com/coffer-backup/coffer/e2e/manifests"
 )
 
@@ -43,56 +43,54 @@ var Kinds = []schema.GroupVersionResource{
 	securityv1.GroupVersion.WithResource("securityevents"),
 }
 
-// Start brings the demo cluster up, installs deploy/ and the samples, and reports on out. The
-// caller stops the returned cluster.
-func Start(ctx context.Context, root string, out io.Writer) (*cluster.Cluster, error) {
-	dir, err := os.MkdirTemp("", "coffer-demo-")
-	if err != nil {
-		return nil, err
-	}
-	logFile, err := os.Create(filepath.Join(dir, "cluster.log"))
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(out, "Starting etcd, kube-apiserver and kube-controller-manager (state and logs in %s)\n", dir)
-	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Dir: dir, ControllerManager: true, Output: logFile})
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(out, "Control plane up in %s\n", time.Since(start).Round(100*time.Millisecond))
-	if err := install(ctx, c, root, out); err != nil {
-		_ = c.Stop()
-		return nil, err
-	}
-	return c, nil
+// Options of a demo run.
+type Options struct {
+	// Dir holds the cluster's state and logs; empty means a new temp dir.
+	Dir string
 }
 
-func install(ctx context.Context, c *cluster.Cluster, root string, out io.Writer) error {
-	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme})
-	if err != nil {
-		return err
+// Run brings the stack up, walks through the golden lifecycle with a progress line per step,
+// prints the lifecycle's table, applies deploy/samples, shows the sandbox admission policy, and
+// prints every Coffer kind. The caller stops the returned stack (also on error, when not nil).
+func Run(ctx context.Context, out io.Writer, opts Options) (*golden.Stack, *golden.Summary, error) {
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[%6s] %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
 	}
-	for _, comp := range manifests.Components {
-		objs, err := manifests.Render(filepath.Join(root, "deploy", comp))
-		if err != nil {
-			return err
+	dir := opts.Dir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "coffer-demo-"); err != nil {
+			return nil, nil, err
 		}
-		take, skipped := manifests.Nodeless(objs)
-		if err := manifests.Apply(ctx, cl, take); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "Installed deploy/%s: %d objects (not run without a node: %s)\n", comp, len(take), strings.Join(skipped, ", "))
 	}
-	samples, err := manifests.Render(filepath.Join(root, "deploy", "samples"))
+	s, err := golden.Start(ctx, golden.Options{Dir: dir, Say: say})
 	if err != nil {
-		return err
+		return s, nil, err
 	}
-	if err := manifests.Apply(ctx, cl, samples); err != nil {
-		return err
+	say("Stack up: %d components running as processes", len(s.Components))
+	sum, err := s.Lifecycle(ctx)
+	if sum != nil {
+		fmt.Fprintln(out)
+		sum.Table(out)
+		fmt.Fprintln(out)
 	}
-	fmt.Fprintf(out, "Applied deploy/samples: %d objects\n", len(samples))
-	return checkSandboxPolicy(ctx, cl, out)
+	if err != nil {
+		return s, sum, err
+	}
+	say("Golden lifecycle done")
+	samples, err := manifests.Render(filepath.Join(s.Root, "deploy", "samples"))
+	if err != nil {
+		return s, sum, err
+	}
+	if err := manifests.Apply(ctx, s.Client, samples); err != nil {
+		return s, sum, err
+	}
+	say("Applied deploy/samples: %d objects (their applications do not exist here: their runs fail with ApplicationNotFound, as they should)", len(samples))
+	if err := checkSandboxPolicy(ctx, s.Client, out); err != nil {
+		return s, sum, err
+	}
+	return s, sum, PrintKinds(ctx, s.Cluster.Config, out)
 }
 
 // checkSandboxPolicy shows the spec's example run accepted and the same run aimed at a production

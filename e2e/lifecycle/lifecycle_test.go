@@ -1,158 +1,89 @@
-// Package lifecycle runs the golden lifecycle on a cluster of real processes: core-controller,
-// driver-velero and the verifier, each built from its own module and started as a separate
-// process that authenticates as the ServiceAccount deploy/ defines for it (API-server
-// impersonation), so the shipped RBAC is what is tested. They cooperate through objects only.
+// Package lifecycle runs `make demo` (package demo) and asserts the golden lifecycle it walks
+// through (package golden) on a cluster of real processes:
+// core-controller, driver-velero, driver-job and the verifier, each built from its own module and
+// started as a separate process that authenticates as the ServiceAccount deploy/ defines for it
+// (API-server impersonation), so the shipped RBAC is what is tested. They cooperate through
+// objects only.
 package lifecycle
 
 import (
+	"bytes"
 	"context"
-	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
 	"github.com/coffer-backup/coffer/e2e/components"
-	"github.com/coffer-backup/coffer/e2e/manifests"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/demo"
+	"github.com/coffer-backup/coffer/e2e/golden"
 )
 
 func TestGoldenLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := manifests.RepoRoot()
-	require.NoError(t, err)
-	c, err := cluster.Start(ctx, cluster.Options{ControllerManager: true,
-		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "testdata")}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Stop() })
-	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme})
-	require.NoError(t, err)
-	require.NoError(t, manifests.InstallNodeless(ctx, cl, root))
-	stack, err := velerostack.Start(ctx, c)
-	require.NoError(t, err)
-	t.Cleanup(stack.Stop)
-
-	bin := t.TempDir()
-	for _, spec := range []components.Spec{
-		{Module: "core-controller", Binary: "core-controller", Namespace: "coffer-system", Args: []string{"--driver-claim-timeout=5m"}},
-		{Module: "driver-velero", Binary: "driver-velero", Namespace: "coffer-system"},
-		{Module: "verifier", Binary: "verifier", Namespace: "ugallu-system", Args: []string{"--cluster-id=e2e", "--cluster-name=lifecycle", "--etcd-snapshot-dir=" + t.TempDir()}},
-	} {
-		p, err := components.Launch(root, bin, c.Kubeconfig, spec)
-		require.NoError(t, err)
-		t.Cleanup(func() { components.StopAndCheck(t, p) })
+	var out bytes.Buffer
+	s, sum, err := demo.Run(ctx, &out, demo.Options{Dir: t.TempDir()})
+	if s != nil {
+		t.Cleanup(s.Stop)
+		for _, c := range s.Components {
+			t.Cleanup(func() { components.StopAndCheck(t, c) })
+		}
 	}
+	report := out.String()
+	t.Log(report)
+	require.NoError(t, err)
 
-	// The application: a Shop with its objects.
-	ns := "shop"
-	shop := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps.cozystack.io/v1alpha1", "kind": "Shop",
-		"metadata": map[string]any{"name": "shop", "namespace": ns}, "spec": map[string]any{"size": "s"}}}
-	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		shop,
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "catalog", Namespace: ns}, Data: map[string]string{"items": "tea,coffee"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Data: map[string][]byte{"password": []byte("pw")}},
-		&veleroapi.VeleroBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: "shop-namespace"}, Spec: veleroapi.VeleroBackupStrategySpec{
-			BackupTemplate: veleroapi.VeleroTemplate{Spec: runtime.RawExtension{Raw: []byte(`{"includedNamespaces": ["{{ .Application.metadata.namespace }}"], "snapshotVolumes": false}`)}},
-		}},
-		&backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
-			Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr(veleroapi.Group), Kind: veleroapi.Kind, Name: "shop-namespace"},
-			Parameters:  map[string]string{"backupStorageLocationName": velerostack.BSLName},
-		}}}},
-		&backupsv1.Plan{ObjectMeta: metav1.ObjectMeta{Name: "shop-minutely", Namespace: ns}, Spec: backupsv1.PlanSpec{
-			ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: "default",
-			Schedule: backupsv1.PlanSchedule{Cron: "* * * * *"}, Retention: &backupsv1.RetentionPolicy{KeepLast: ptr(int32(5))},
-		}},
-	} {
-		require.NoError(t, cl.Create(ctx, o), "%T", o)
+	// The demo's report: narrated steps, the table, the samples, the admission policy, every kind.
+	for _, gvr := range demo.Kinds {
+		assert.Contains(t, report, "# "+gvr.Resource+"."+gvr.Group)
 	}
+	assert.Regexp(t, `(?m)^Backup\s+shop/shop-minutely-\d+\s+Ready\s+\d+ bytes, sha256:[0-9a-f]{64}$`, report)
+	assert.Regexp(t, `(?m)^RestoreJob\s+shop/undo\s+Succeeded\s+4 objects back with identical data$`, report)
+	assert.Contains(t, report, "Accepted: BackupVerifyRun ugallu-system/nightly-velero (full-restore into bv-nightly-bvsandbox)")
+	assert.Contains(t, report, `spec.sandboxNamespace "prod" must end with -bvsandbox`)
+	assert.Regexp(t, `(?m)^tenant-demo\s+vm1-nightly\s+vm1\s+default\s+0 2 \* \* \*`, report, "the sample Plan is listed with its printer columns")
 
-	// Core fires the Plan at the next minute; the Velero driver claims the BackupJob and makes the Backup.
-	var backup backupsv1.Backup
-	poll(t, ctx, "the first scheduled backup", 3*time.Minute, func() (bool, error) {
-		list := &backupsv1.BackupList{}
-		if err := cl.List(ctx, list, client.InNamespace(ns)); err != nil {
-			return false, err
-		}
-		for _, b := range list.Items {
-			if b.Status.Phase == backupsv1.BackupReady {
-				backup = b
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	job := &backupsv1.BackupJob{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: backup.Name}, job))
-	assert.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase)
-	assert.Equal(t, "shop-minutely", job.Spec.PlanRef.Name)
-	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, backup.Status.Artifact.Checksum)
-	plan := &backupsv1.Plan{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-minutely"}, plan))
-	require.NotNil(t, plan.Status.LastScheduleTime)
-
-	// The verifier checks the artifact and restores it into a sandbox.
-	veleroBackup := backup.Spec.DriverMetadata["veleroBackupName"]
-	for _, m := range []securityv1.Mode{securityv1.ModeChecksumOnly, securityv1.ModeFullRestore} {
-		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "verify-" + string(m), Namespace: "ugallu-system"},
-			Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero, Mode: m,
-				BackupRef: securityv1.BackupRef{Name: veleroBackup, Namespace: velerostack.Namespace}}}
-		if m == securityv1.ModeFullRestore {
-			run.Spec.SandboxNamespace = "shop-bvsandbox"
-		}
-		require.NoError(t, cl.Create(ctx, run))
-		poll(t, ctx, "verification "+string(m), 3*time.Minute, func() (bool, error) {
-			err := cl.Get(ctx, client.ObjectKeyFromObject(run), run)
-			return run.Status.Phase.IsTerminal(), err
-		})
-		assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s: %s", m, run.Status.Message)
-		res := &securityv1.BackupVerifyResult{}
-		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res))
-		if m == securityv1.ModeChecksumOnly {
-			assert.Equal(t, backup.Status.Artifact.Checksum, res.Spec.ComputedChecksum, "the verifier recomputes what the driver recorded")
+	assert.Equal(t, backupsv1.BackupJobSucceeded, sum.BackupJob.Status.Phase)
+	assert.Equal(t, golden.PlanName, sum.BackupJob.Spec.PlanRef.Name, "the BackupJob came from the Plan")
+	assert.NotNil(t, sum.Plan.Status.LastScheduleTime)
+	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, sum.Backup.Status.Artifact.Checksum)
+	assert.Positive(t, sum.Backup.Status.Artifact.SizeBytes)
+	for _, res := range sum.Results {
+		assert.Equal(t, securityv1.SeverityInfo, res.Status.WorstSeverity, "%s", res.Name)
+		if res.Spec.Mode == securityv1.ModeChecksumOnly {
+			assert.Equal(t, sum.Backup.Status.Artifact.Checksum, res.Spec.ComputedChecksum, "the verifier recomputes what the driver recorded")
 		} else {
 			assert.Equal(t, res.Spec.ObjectsExpected, res.Spec.ObjectsRestored)
 			assert.Positive(t, res.Spec.ObjectsExpected)
 		}
 	}
-	poll(t, ctx, "the sandbox to be deleted", 2*time.Minute, func() (bool, error) {
-		err := cl.Get(ctx, client.ObjectKey{Name: "shop-bvsandbox"}, &corev1.Namespace{})
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	})
+	completed := 0
+	for _, e := range sum.Events {
+		if e.Spec.Type == securityv1.EventBackupVerifyCompleted {
+			completed++
+		}
+	}
+	assert.Equal(t, 2, completed, "one BackupVerifyCompleted event per run")
+	assert.Equal(t, backupsv1.RestoreJobSucceeded, sum.RestoreJob.Status.Phase)
+	assert.Len(t, sum.Restored, 4, "ConfigMaps catalog and payload, Secret db, Deployment web")
+	assert.Equal(t, sum.PayloadSum, sum.RestoredSum, "the payload came back byte for byte")
 
-	// Data lost, then restored from the Backup.
-	require.NoError(t, cl.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "catalog", Namespace: ns}}))
-	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo", Namespace: ns},
-		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: backup.Name}}}
-	require.NoError(t, cl.Create(ctx, rj))
-	poll(t, ctx, "the restore", 3*time.Minute, func() (bool, error) {
-		err := cl.Get(ctx, client.ObjectKeyFromObject(rj), rj)
-		return rj.IsTerminal(), err
-	})
-	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
-	cm := &corev1.ConfigMap{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "catalog"}, cm))
-	assert.Equal(t, "tea,coffee", cm.Data["items"])
+	// Each component's metrics endpoint shows the runs.
+	for name, want := range map[string][]string{
+		"core-controller": {`coffer_plan_last_schedule_time_seconds{namespace="shop",plan="shop-minutely"}`},
+		"driver-velero":   {`coffer_velero_runs_total{kind="backup",outcome="Succeeded"}`, `coffer_velero_runs_total{kind="restore",outcome="Succeeded"}`},
+		"verifier":        {`ugallu_backup_verify_runs_total`},
+		"driver-job":      {`controller_runtime_reconcile_total{controller="job-backupjob"`},
+	} {
+		body, err := s.Components[name].Metrics()
+		require.NoError(t, err, name)
+		for _, w := range want {
+			assert.Regexp(t, regexp.QuoteMeta(w), body, "%s metrics", name)
+		}
+	}
 }
-
-func poll(t *testing.T, ctx context.Context, what string, timeout time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
-	require.NoError(t, err, "waiting for %s", what)
-}
-
-func ptr[T any](v T) *T { return &v }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,8 +41,9 @@ const (
 	BSLName   = "default"
 	Bucket    = "coffer"
 	Prefix    = "velero"
-	accessKey = "coffer-test"
-	secretKey = "coffer-test-secret"
+	// AccessKey and SecretKey are MinIO's root credentials.
+	AccessKey = "coffer-test"
+	SecretKey = "coffer-test-secret"
 )
 
 // Stack is a running Velero server and MinIO.
@@ -86,7 +88,7 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	if err := s.startMinIO(ctx, assets, dir); err != nil {
+	if err := s.startMinIO(ctx, assets, dir, "127.0.0.1"); err != nil {
 		return nil, err
 	}
 	if err := s.S3.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
@@ -131,7 +133,7 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 	return s, nil
 }
 
-func (s *Stack) startMinIO(ctx context.Context, assets, dir string) error {
+func (s *Stack) startMinIO(ctx context.Context, assets, dir, host string) error {
 	port, err := cluster.FreePort()
 	if err != nil {
 		return err
@@ -140,11 +142,11 @@ func (s *Stack) startMinIO(ctx context.Context, assets, dir string) error {
 	if err != nil {
 		return err
 	}
-	s.S3Endpoint = "127.0.0.1:" + strconv.Itoa(port)
+	s.S3Endpoint = net.JoinHostPort(host, strconv.Itoa(port))
 	s.minio, err = components.StartWithEnv(filepath.Join(assets, "minio"),
-		[]string{"MINIO_ROOT_USER=" + accessKey, "MINIO_ROOT_PASSWORD=" + secretKey, "MINIO_UPDATE=off", "MINIO_BROWSER=off",
+		[]string{"MINIO_ROOT_USER=" + AccessKey, "MINIO_ROOT_PASSWORD=" + SecretKey, "MINIO_UPDATE=off", "MINIO_BROWSER=off",
 			"HOME=" + filepath.Join(dir, "home")},
-		"server", filepath.Join(dir, "minio"), "--address", s.S3Endpoint, "--console-address", "127.0.0.1:"+strconv.Itoa(console), "--quiet")
+		"server", filepath.Join(dir, "minio"), "--address", s.S3Endpoint, "--console-address", net.JoinHostPort(host, strconv.Itoa(console)), "--quiet")
 	if err != nil {
 		return fmt.Errorf("starting minio: %w", err)
 	}
@@ -162,12 +164,18 @@ func (s *Stack) startMinIO(ctx context.Context, assets, dir string) error {
 	if err != nil {
 		return fmt.Errorf("waiting for minio: %w", err)
 	}
-	s.S3, err = minio.New(s.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(accessKey, secretKey, "")})
+	s.S3, err = minio.New(s.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, "")})
 	return err
 }
 
-// StartMinIO runs MinIO alone (state under dir), for benchmarks that need only an S3 store.
+// StartMinIO runs MinIO alone on loopback (state under dir), for tests that need only an S3 store.
 func StartMinIO(ctx context.Context, dir string) (*Stack, error) {
+	return StartMinIOOn(ctx, dir, "127.0.0.1")
+}
+
+// StartMinIOOn runs MinIO alone listening on host (e.g. a test node's bridge address, which its
+// pods can reach).
+func StartMinIOOn(ctx context.Context, dir, host string) (*Stack, error) {
 	assets, err := Assets()
 	if err != nil {
 		return nil, err
@@ -178,7 +186,7 @@ func StartMinIO(ctx context.Context, dir string) (*Stack, error) {
 			return nil, err
 		}
 	}
-	if err := s.startMinIO(ctx, assets, dir); err != nil {
+	if err := s.startMinIO(ctx, assets, dir, host); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -218,7 +226,7 @@ func installVelero(ctx context.Context, cl client.Client, velero, endpoint strin
 	if err := manifests.Apply(ctx, cl, objs); err != nil {
 		return err
 	}
-	creds := fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", accessKey, secretKey)
+	creds := fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", AccessKey, SecretKey)
 	replicas := int32(0)
 	labels := map[string]string{"component": "velero"}
 	bsl := &unstructured.Unstructured{Object: map[string]any{
