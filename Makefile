@@ -61,9 +61,12 @@ test: build ## Unit, envtest and real-server suites of every module (builds test
 	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; \
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
+# The suites behind the e2e build tag (the other e2e packages run in `make test`).
+E2E_SUITES := ./jobdriver/
+
 .PHONY: e2e
-e2e: build ## End-to-end suites on a local cluster of real processes.
-	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; cd e2e && go test -count=1 -tags e2e -timeout 60m ./...
+e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.
+	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; cd e2e && go test -count=1 -tags e2e -timeout 60m $(E2E_SUITES)
 
 .PHONY: bench
 bench: ## Benchmarks against peers on this machine (Plan fire lag vs the CronJob controller, ...); takes minutes.
@@ -71,5 +74,5 @@ bench: ## Benchmarks against peers on this machine (Plan fire lag vs the CronJob
 	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench . -benchtime=1x -timeout 60m ./...); done
 
 .PHONY: demo
-demo: ## Start a local cluster, install deploy/ and the samples, print every kind; Ctrl-C tears down.
-	export KUBEBUILDER_ASSETS="$(TESTBIN)"; cd e2e && go run ./cmd/demo
+demo: ## Local cluster of real processes, the golden lifecycle narrated, a final table; Ctrl-C tears down (DEMO_FLAGS=--exit stops at the end).
+	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; cd e2e && go run ./cmd/demo $(DEMO_FLAGS)

@@ -27,7 +27,8 @@ import (
 type Options struct {
 	// Dir holds the cluster's state and logs; empty means a new temp dir, removed by Stop.
 	Dir string
-	// Components run as processes; nil means Default(dir).
+	// Components run as processes; nil means Default(dir). A spec listed twice runs two
+	// replicas (keys "<binary>" and "<binary>-2" in Stack.Components).
 	Components []components.Spec
 	// Say narrates progress (nil: quiet).
 	Say func(format string, args ...any)
@@ -116,9 +117,19 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		if err != nil {
 			return nil, err
 		}
-		s.Components[spec.Binary] = c
+		s.Components[Key(s.Components, spec.Binary)] = c
 	}
 	return s, nil
+}
+
+// Key is the name a component gets in a stack's map: its binary's name, then "<binary>-2",
+// "<binary>-3" for further replicas.
+func Key(m map[string]*components.Component, binary string) string {
+	key := binary
+	for i := 2; m[key] != nil; i++ {
+		key = fmt.Sprintf("%s-%d", binary, i)
+	}
+	return key
 }
 
 // Stop stops the components, Velero, MinIO and the control plane.
