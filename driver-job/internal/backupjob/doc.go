@@ -10,4 +10,5 @@ package backupjob
 // +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -1,0 +1,334 @@
+//go:build e2e
+
+// Package jobdriver proves the Job driver on a real node: real batch/v1 Jobs, scheduled by
+// kube-scheduler, run by kubelet and containerd, execute coffer-agent (our image, built from its
+// static binary) against MinIO; driver-job runs as a process under its shipped RBAC. It needs
+// root (see e2e/node) and is part of `make e2e`.
+package jobdriver
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/e2e/components"
+	"github.com/coffer-backup/coffer/e2e/conformance"
+	"github.com/coffer-backup/coffer/e2e/images"
+	"github.com/coffer-backup/coffer/e2e/manifests"
+	"github.com/coffer-backup/coffer/e2e/node"
+	"github.com/coffer-backup/coffer/e2e/velerostack"
+)
+
+const (
+	agentImage = "coffer/coffer-agent:dev"
+	bucket     = "coffer"
+	agentUID   = 65532
+)
+
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	cl     client.Client
+	s3     *velerostack.Stack
+	data   string // host directory holding one directory per application: <data>/<ns>/<app>
+	driver *components.Component
+	n      *node.Node
+}
+
+func TestJobDriverOnARealNode(t *testing.T) {
+	node.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	e := start(t, ctx)
+
+	t.Run("backup, loss, restore, corrupted artifact, deletion", e.lifecycle)
+	t.Run("conformance", func(t *testing.T) {
+		conformance.Run(t, conformance.Config{
+			Client:           e.cl,
+			StrategyAPIGroup: jobapi.Group, StrategyKind: jobapi.Kind,
+			Namespace: func(t *testing.T) string {
+				ns, err := e.n.Cluster.Namespace(ctx, "conformance")
+				require.NoError(t, err)
+				require.NoError(t, e.cl.Create(ctx, e.credentials(ns)))
+				return ns
+			},
+			NewStrategy: func(t *testing.T) (string, map[string]string) {
+				s := e.strategy("")
+				require.NoError(t, e.cl.Create(ctx, s))
+				return s.Name, e.params()
+			},
+			NewApplication: func(t *testing.T, ns string) corev1.TypedLocalObjectReference {
+				e.application(t, ns, "shop")
+				e.appDir(t, ns, "shop-restored") // the target's volume exists, as a PVC would
+				return corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}
+			},
+			Restart: func(t *testing.T) {
+				e.driver.Kill()
+				require.NoError(t, e.driver.Restart())
+			},
+			Restore: true,
+			VerifyRestore: func(t *testing.T, ns string, source, target corev1.TypedLocalObjectReference) {
+				assert.Equal(t, tree(t, e.dir(ns, source.Name)), tree(t, e.dir(ns, target.Name)), "the target holds the source's files")
+			},
+		})
+	})
+}
+
+func start(t *testing.T, ctx context.Context) *env {
+	root, err := manifests.RepoRoot()
+	require.NoError(t, err)
+	work := t.TempDir()
+	bin := filepath.Join(work, "coffer-agent")
+	require.NoError(t, images.BuildBinary(ctx, filepath.Join(root, "driver-job"), "./cmd/coffer-agent", bin))
+	img, err := images.Build(ctx, images.Options{Binary: bin, Name: agentImage, Out: filepath.Join(work, "coffer-agent.oci.tar")})
+	require.NoError(t, err)
+
+	n, err := node.Start(ctx, node.Options{Images: []string{img.Archive}, Logf: t.Logf,
+		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node diagnostics:\n%s", n.Diagnostics())
+		}
+		assert.NoError(t, n.Stop())
+	})
+	s3, err := velerostack.StartMinIOOn(ctx, filepath.Join(work, "minio"), n.IP)
+	require.NoError(t, err)
+	t.Cleanup(s3.Stop)
+	require.NoError(t, s3.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}))
+
+	cl, err := client.New(n.Cluster.Config, client.Options{Scheme: cluster.Scheme})
+	require.NoError(t, err)
+	require.NoError(t, manifests.InstallNodeless(ctx, cl, root))
+	driver, err := components.Launch(root, work, n.Cluster.Kubeconfig,
+		components.Spec{Module: "driver-job", Binary: "driver-job", Namespace: "coffer-system"})
+	require.NoError(t, err)
+	t.Cleanup(func() { components.StopAndCheck(t, driver) })
+
+	data := filepath.Join(work, "volumes")
+	require.NoError(t, os.MkdirAll(data, 0o755))
+	return &env{t: t, ctx: ctx, cl: cl, s3: s3, data: data, driver: driver, n: n}
+}
+
+func (e *env) params() map[string]string {
+	return map[string]string{"endpoint": "http://" + e.s3.S3Endpoint, "bucket": bucket, "credentialsSecret": "coffer-s3"}
+}
+
+func (e *env) credentials(ns string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-s3", Namespace: ns},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": velerostack.AccessKey, "AWS_SECRET_ACCESS_KEY": velerostack.SecretKey}}
+}
+
+func agentContainer(args ...string) corev1.Container {
+	return corev1.Container{Name: "agent", Image: agentImage, ImagePullPolicy: corev1.PullNever, Args: args,
+		EnvFrom:      []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "{{ .Parameters.credentialsSecret }}"}}}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}
+}
+
+// strategy is the sample strategy of deploy/samples with a hostPath volume (this node has no
+// storage provisioner): <data>/<namespace>/<application name>.
+func (e *env) strategy(name string) *jobapi.JobBackupStrategy {
+	pod := func(args ...string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext:              &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](agentUID), RunAsGroup: ptr.To[int64](agentUID)},
+			Containers:                   []corev1.Container{agentContainer(args...)},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+				Path: e.data + "/{{ .Application.metadata.namespace }}/{{ .Application.metadata.name }}",
+				Type: ptr.To(corev1.HostPathDirectory)}}}},
+		}}
+	}
+	s := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jobapi.JobBackupStrategySpec{
+		Template: pod("--dir=/data", "--endpoint={{ .Parameters.endpoint }}", "--bucket={{ .Parameters.bucket }}",
+			"--prefix={{ .Application.metadata.namespace }}/{{ .Application.metadata.name }}"),
+		CleanupTemplate:       ptr.To(pod("--endpoint={{ .Parameters.endpoint }}")),
+		ActiveDeadlineSeconds: ptr.To[int64](300),
+	}}
+	if name == "" {
+		s.GenerateName = "files-tar-"
+	}
+	return s
+}
+
+func (e *env) dir(ns, app string) string { return filepath.Join(e.data, ns, app) }
+
+// appDir creates an application's volume directory, owned by the agent's user.
+func (e *env) appDir(t *testing.T, ns, app string) string {
+	d := e.dir(ns, app)
+	require.NoError(t, os.MkdirAll(d, 0o755))
+	require.NoError(t, os.Chown(d, agentUID, agentUID))
+	return d
+}
+
+// application creates a Shop and its volume with files of known content.
+func (e *env) application(t *testing.T, ns, name string) {
+	shop := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps.cozystack.io/v1alpha1", "kind": "Shop",
+		"metadata": map[string]any{"name": name, "namespace": ns}}}
+	require.NoError(t, e.cl.Create(e.ctx, shop))
+	d := e.appDir(t, ns, name)
+	blob := make([]byte, 3<<20)
+	r := rand.New(rand.NewPCG(1, uint64(len(ns))))
+	for i := range blob {
+		blob[i] = byte(r.Uint32())
+	}
+	files := map[string][]byte{
+		"catalog.txt":           []byte("tea\ncoffee\ncocoa\n"),
+		"orders/2031/03.csv":    []byte("id,qty\n1,2\n2,5\n"),
+		"orders/2031/empty.csv": nil,
+		"media/blob.bin":        blob,
+	}
+	for p, b := range files {
+		full := filepath.Join(d, p)
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		require.NoError(t, os.WriteFile(full, b, 0o640))
+	}
+	require.NoError(t, os.Symlink("catalog.txt", filepath.Join(d, "current")))
+	require.NoError(t, filepath.WalkDir(d, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, agentUID, agentUID)
+	}))
+}
+
+// tree describes a directory: every entry's type, mode and content hash or link target.
+func tree(t *testing.T, dir string) map[string]string {
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			out[rel] = "link " + target
+			return err
+		case d.IsDir():
+			out[rel] = fmt.Sprintf("dir %v", info.Mode())
+		default:
+			b, err := os.ReadFile(p)
+			sum := sha256.Sum256(b)
+			out[rel] = fmt.Sprintf("file %v %s", info.Mode(), hex.EncodeToString(sum[:]))
+			return err
+		}
+		return nil
+	}))
+	return out
+}
+
+func (e *env) wait(t *testing.T, what string, o client.Object, done func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return false, err
+		}
+		return done(), nil
+	})
+	require.NoError(t, err, "waiting for %s\ndriver-job log:\n%s", what, e.driver.Tail())
+}
+
+func (e *env) lifecycle(t *testing.T) {
+	ctx := e.ctx
+	ns, err := e.n.Cluster.Namespace(ctx, "files")
+	require.NoError(t, err)
+	require.NoError(t, e.cl.Create(ctx, e.credentials(ns)))
+	strat := e.strategy("files-tar")
+	require.NoError(t, e.cl.Create(ctx, strat))
+	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "files"}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
+		Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
+		Parameters:  e.params(),
+	}}}}
+	require.NoError(t, e.cl.Create(ctx, class))
+	e.application(t, ns, "shop")
+	dir := e.dir(ns, "shop")
+	original := tree(t, dir)
+
+	// Backup: a real Job runs coffer-agent, which streams the directory to MinIO and reports.
+	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: "files-1", Namespace: ns},
+		Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: class.Name}}
+	began := time.Now()
+	require.NoError(t, e.cl.Create(ctx, bj))
+	e.wait(t, "the BackupJob", bj, bj.IsTerminal)
+	require.Equal(t, backupsv1.BackupJobSucceeded, bj.Status.Phase, bj.Status.Message)
+	t.Logf("BackupJob created → Succeeded: %s", time.Since(began).Round(time.Millisecond))
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: ns}}
+	e.wait(t, "the Backup", b, func() bool { return b.Status.Phase == backupsv1.BackupReady })
+	key := fmt.Sprintf("%s/shop/%s-%s.tar", ns, bj.Name, string(bj.UID)[:8])
+	require.Equal(t, "s3://"+bucket+"/"+key, b.Status.Artifact.URI)
+	obj, err := e.s3.S3.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	require.NoError(t, err)
+	h := sha256.New()
+	n, err := io.Copy(h, obj)
+	require.NoError(t, err)
+	require.Equal(t, "sha256:"+hex.EncodeToString(h.Sum(nil)), b.Status.Artifact.Checksum, "the Backup's checksum is the stored object's")
+	require.Equal(t, n, b.Status.Artifact.SizeBytes)
+	require.Equal(t, []string{"jobdriver.backups.cozystack.io/cleanup"}, b.Finalizers)
+
+	// Data lost, then restored byte for byte.
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, en := range entries {
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, en.Name())))
+	}
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo", Namespace: ns},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}}}
+	require.NoError(t, e.cl.Create(ctx, rj))
+	e.wait(t, "the RestoreJob", rj, rj.IsTerminal)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	require.Equal(t, original, tree(t, dir), "every file back, identical")
+
+	// A corrupted artifact: the restore Job fails without writing anything.
+	corrupt := bytes.Repeat([]byte("not the backup "), 1000)
+	_, err = e.s3.S3.PutObject(ctx, bucket, key, bytes.NewReader(corrupt), int64(len(corrupt)), minio.PutObjectOptions{})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "catalog.txt"), []byte("edited after the backup\n"), 0o640))
+	before := tree(t, dir)
+	bad := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "from-corrupted", Namespace: ns},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}}}
+	require.NoError(t, e.cl.Create(ctx, bad))
+	e.wait(t, "the restore of a corrupted artifact", bad, bad.IsTerminal)
+	require.Equal(t, backupsv1.RestoreJobFailed, bad.Status.Phase)
+	assert.Contains(t, bad.Status.Message, "checksum", "the pod's own words reach the RestoreJob")
+	require.Equal(t, before, tree(t, dir), "nothing was written")
+
+	// Deleting the Backup runs the cleanup Job, which deletes the object.
+	require.NoError(t, e.cl.Delete(ctx, b))
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.cl.Get(ctx, client.ObjectKeyFromObject(b), b)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	require.NoError(t, err, "the Backup is released after the cleanup Job\n%s", e.driver.Tail())
+	_, err = e.s3.S3.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
+	require.Error(t, err)
+	assert.Equal(t, "NoSuchKey", minio.ToErrorResponse(err).Code, "the artifact is gone")
+}
