@@ -287,11 +287,11 @@ func (e *env) lifecycle(t *testing.T) {
 	require.Equal(t, "s3://"+bucket+"/"+key, b.Status.Artifact.URI)
 	obj, err := e.s3.S3.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
 	require.NoError(t, err)
-	h := sha256.New()
-	n, err := io.Copy(h, obj)
+	stored, err := io.ReadAll(obj)
 	require.NoError(t, err)
-	require.Equal(t, "sha256:"+hex.EncodeToString(h.Sum(nil)), b.Status.Artifact.Checksum, "the Backup's checksum is the stored object's")
-	require.Equal(t, n, b.Status.Artifact.SizeBytes)
+	stored256 := sha256.Sum256(stored)
+	require.Equal(t, "sha256:"+hex.EncodeToString(stored256[:]), b.Status.Artifact.Checksum, "the Backup's checksum is the stored object's")
+	require.Equal(t, int64(len(stored)), b.Status.Artifact.SizeBytes)
 	require.Equal(t, []string{"jobdriver.backups.cozystack.io/cleanup"}, b.Finalizers)
 
 	// Data lost, then restored byte for byte.
@@ -307,8 +307,9 @@ func (e *env) lifecycle(t *testing.T) {
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	require.Equal(t, original, tree(t, dir), "every file back, identical")
 
-	// A corrupted artifact: the restore Job fails without writing anything.
-	corrupt := bytes.Repeat([]byte("not the backup "), 1000)
+	// A corrupted artifact (one bit flipped, same size): the restore Job fails without writing.
+	corrupt := bytes.Clone(stored)
+	corrupt[len(corrupt)/2] ^= 0x01
 	_, err = e.s3.S3.PutObject(ctx, bucket, key, bytes.NewReader(corrupt), int64(len(corrupt)), minio.PutObjectOptions{})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "catalog.txt"), []byte("edited after the backup\n"), 0o640))
