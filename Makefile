@@ -51,6 +51,10 @@ build: ## Build every binary into bin/ (and check every module builds and vets a
 		if [ -d $$c/cmd ]; then (cd $$c && CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/...); fi; \
 	done
 
+.PHONY: images
+images: ## OCI image archives of every component and coffer-agent into bin/images (static binaries, user 65532, no shell; no Docker).
+	cd e2e && go run ./cmd/images -out $(BIN)/images
+
 .PHONY: testbin
 testbin: ## Build the local cluster's binaries (and Velero, MinIO) from source into ~/.cache/coffer/testbin (skips what is there).
 	hack/testbin.sh
