@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -113,6 +114,93 @@ func procsMatching(needles ...string) []int {
 func cmdline(pid int) string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+}
+
+// procArgs is the argument vector of a process.
+func procArgs(pid int) []string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// flagValue returns the value of --name=value or --name value in args.
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// daemonsMatching lists the live processes running program (base name of argv[0]) whose
+// command line contains needle.
+func daemonsMatching(program, needle string) []int {
+	var out []int
+	for _, pid := range procsMatching(needle) {
+		if args := procArgs(pid); len(args) > 0 && filepath.Base(args[0]) == program && processAlive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// procsBoundTo lists the processes (but this one) holding a TCP or UDP socket whose local
+// address is ip, in this network namespace: host services a test ran for the node's pods.
+func procsBoundTo(ip net.IP) []int {
+	ip4 := ip.To4()
+	if ip4 == nil {
+		return nil
+	}
+	// /proc/net/* print addresses as the bytes of the in-memory (network order) value read as
+	// little-endian 32-bit words.
+	v4 := fmt.Sprintf("%02X%02X%02X%02X", ip4[3], ip4[2], ip4[1], ip4[0])
+	v6 := "0000000000000000FFFF0000" + v4
+	inodes := map[string]bool{}
+	for _, f := range []string{"tcp", "udp", "tcp6", "udp6"} {
+		b, err := os.ReadFile("/proc/self/net/" + f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 10 {
+				continue
+			}
+			addr, _, _ := strings.Cut(fs[1], ":")
+			if (addr == v4 || addr == v6) && fs[9] != "0" {
+				inodes["socket:["+fs[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		fds, err := os.ReadDir("/proc/" + e.Name() + "/fd")
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if t, err := os.Readlink("/proc/" + e.Name() + "/fd/" + fd.Name()); err == nil && inodes[t] {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
 }
 
 // killAndWait SIGKILLs the pids and waits (bounded) until they are gone.

@@ -175,6 +175,26 @@ func (n *Node) removeContainers() []string {
 	return ids
 }
 
+// containerIDsOnDisk lists the ids of the containers and sandboxes containerd keeps state for
+// under the node's directory: what removeContainers would have listed, when containerd is gone.
+func containerIDsOnDisk(d *layoutDirs) []string {
+	var ids []string
+	for _, dir := range []string{
+		filepath.Join(d.containerdState, "io.containerd.runtime.v2.task", k8sNamespace),
+		filepath.Join(d.containerdState, "io.containerd.grpc.v1.cri", "sandboxes"),
+		filepath.Join(d.containerdRoot, "io.containerd.grpc.v1.cri", "sandboxes"),
+		filepath.Join(d.containerdRoot, "io.containerd.grpc.v1.cri", "containers"),
+	} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() {
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	return ids
+}
+
 // pauseImage returns the sandbox image archive: Options.PauseImage, or coffer/pause:dev built
 // from source into dir.
 func pauseImage(ctx context.Context, opts Options, dir string) (string, error) {

@@ -7,6 +7,10 @@
 // It needs root and changes host state (a bridge, mounts, cgroups): it belongs in an opt-in
 // tier. Several nodes may run at once: every port is random, every name unique (bridge,
 // subnet, node, cgroup root, containerd socket), and Stop removes only what its node created.
+//
+// A node records its owner (the process that started it) and what it creates in <Dir>/owner.
+// When that process dies without stopping the node (a test timeout, SIGKILL), Sweep removes the
+// node's leftovers exactly as Stop would; Start sweeps before it creates anything.
 package node
 
 import (
@@ -92,6 +96,10 @@ type Node struct {
 	chainsBefore map[string]bool
 	hostExisted  map[string]bool
 	host         hostEntries
+	etcd         procRef // the control plane's etcd: its command line does not name Dir
+	etcdDataDir  string
+	// orphaned: the node is being swept (its owner is dead); processes bound to IP go too.
+	orphaned bool
 
 	stopOnce sync.Once
 	stopErr  error
@@ -125,10 +133,14 @@ func (n *Node) logf(format string, args ...any) {
 
 // Start brings a node up and returns once it is Ready, schedulable, and the default
 // ServiceAccount exists. On failure it tears down whatever it started and returns an error
-// with the daemons' log tails.
+// with the daemons' log tails. It first sweeps the leftovers of dead nodes under the same
+// temporary directory (see Sweep), reporting through Options.Logf.
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	if err := Available(); err != nil {
 		return nil, err
+	}
+	if _, err := Sweep(opts.TempDir, opts.Logf); err != nil && opts.Logf != nil {
+		opts.Logf("sweeping dead nodes: %v", err)
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 3 * time.Minute
@@ -145,6 +157,10 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	n.ContainerdSocket = n.dirs.containerdSock
 	n.host = hostEntries{dir: dir, address: n.dirs.containerdSock}
 	n.cgroupRoot = "/" + n.Name
+	if err := n.saveOwner(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	if err := n.start(ctx); err != nil {
 		diag := n.Diagnostics()
 		if serr := n.Stop(); serr != nil {
@@ -170,6 +186,9 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.chainsBefore = iptablesChains()
 	n.hostExisted = existingHostPaths()
+	if err := n.saveOwner(); err != nil {
+		return err
+	}
 
 	// Network: the bridge and its /24; the node IP is the bridge's.
 	bridge, subnet, err := createBridge()
@@ -179,9 +198,19 @@ func (n *Node) start(ctx context.Context) error {
 	n.Bridge, n.Subnet, n.IP = bridge, subnet.String(), hostIP(subnet).String()
 	n.network = "coffer-" + bridge
 	n.host.network = n.network
+	if err := n.saveOwner(); err != nil {
+		return err
+	}
 	n.logf("bridge %s, subnet %s, node IP %s", n.Bridge, n.Subnet, n.IP)
 
-	if n.cgroups, err = createCgroupRoot(n.cgroupRoot); err != nil {
+	n.cgroups, err = createCgroupRoot(n.cgroupRoot)
+	if n.cgroups == nil {
+		n.cgroups = []string{} // recorded: none created
+	}
+	if serr := n.saveOwner(); err == nil {
+		err = serr
+	}
+	if err != nil {
 		return err
 	}
 
@@ -227,6 +256,17 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	res := <-clusterDone
 	n.Cluster = res.c
+	if n.Cluster != nil {
+		// envtest started etcd as our child, with its data in a temporary directory of its own.
+		for _, pid := range etcdServing(n.Cluster.EtcdURL) {
+			if parentPID(pid) == os.Getpid() {
+				n.etcd, n.etcdDataDir = refOf(pid), flagValue(procArgs(pid), "--data-dir")
+			}
+		}
+		if err := n.saveOwner(); err != nil {
+			return errors.Join(runtimeErr, res.err, err)
+		}
+	}
 	if err := errors.Join(runtimeErr, res.err); err != nil {
 		return err
 	}
@@ -262,7 +302,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	// The kubelet's device manager listens on a fixed path; remember which socket is ours.
 	n.host.devicePluginInode = inode(devicePluginSocket)
-	return nil
+	return n.saveOwner()
 }
 
 func (n *Node) asset(name string) string {
@@ -391,13 +431,17 @@ func (n *Node) Stop() error {
 	return n.stopErr
 }
 
+// stop is the one teardown, of a node this process runs (Stop) and of one whose owner died
+// (Sweep, which adopts the daemons it finds and has no Cluster).
 func (n *Node) stop() error {
 	var errs []error
 	d := n.dirs
 	n.kubelet.stop(15 * time.Second)
-	if n.containerd != nil && !n.containerd.exited() {
-		n.host.containers = n.removeContainers()
+	n.host.containers = containerIDsOnDisk(d)
+	if n.containerd != nil && !n.containerd.exited() && n.ctrPath != "" {
+		n.host.containers = append(n.host.containers, n.removeContainers()...)
 	}
+	n.host.containers = dedupe(n.host.containers)
 	n.scheduler.stop(15 * time.Second)
 	if n.Cluster != nil {
 		if err := n.Cluster.Stop(); err != nil {
@@ -410,13 +454,19 @@ func (n *Node) stop() error {
 	}
 
 	// Whatever survived: shims (their command line names our containerd's socket), processes
-	// in our cgroups (pods), any helper running from our directory.
+	// in our cgroups (pods), any helper running from our directory; a swept node's control plane
+	// and the host services bound to its IP.
 	if left := killAndWait(n.ownProcesses(), 10*time.Second); len(left) > 0 {
 		var desc []string
 		for _, pid := range left {
 			desc = append(desc, fmt.Sprintf("%d (%s)", pid, cmdline(pid)))
 		}
 		errs = append(errs, fmt.Errorf("processes survived SIGKILL: %s", strings.Join(desc, ", ")))
+	}
+	if n.etcdDataDir != "" { // envtest removes it when it stops etcd itself
+		if err := os.RemoveAll(n.etcdDataDir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := unmountAll(n.Dir); err != nil {
 		errs = append(errs, err)
@@ -452,13 +502,21 @@ func (n *Node) stop() error {
 }
 
 // ownProcesses lists the live processes that belong to this node: command lines naming its
-// directory (containerd shims carry -address <Dir>/containerd/containerd.sock) and members of
-// its cgroups.
+// directory (containerd shims carry -address <Dir>/containerd/containerd.sock), members of its
+// cgroups and its etcd. For a swept node, also the processes bound to its IP (e.g. a test's
+// MinIO for the pods), unless another interface now holds that address.
 func (n *Node) ownProcesses() []int {
 	seen := map[int]bool{}
 	var pids []int
-	for _, pid := range append(procsMatching(n.Dir+"/"), cgroupProcs(n.cgroups)...) {
-		if !seen[pid] && processAlive(pid) {
+	cands := append(procsMatching(n.Dir+"/"), cgroupProcs(n.cgroups)...)
+	if n.etcd.alive() {
+		cands = append(cands, n.etcd.PID)
+	}
+	if ip := net.ParseIP(n.IP); n.orphaned && ip != nil && !addressElsewhere(ip, n.Bridge) {
+		cands = append(cands, procsBoundTo(ip)...)
+	}
+	for _, pid := range cands {
+		if !seen[pid] && pid != os.Getpid() && processAlive(pid) {
 			seen[pid] = true
 			pids = append(pids, pid)
 		}
@@ -466,8 +524,41 @@ func (n *Node) ownProcesses() []int {
 	return pids
 }
 
+// addressElsewhere tells whether an interface other than own carries ip.
+func addressElsewhere(ip net.IP, own string) bool {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return true
+	}
+	for _, ifc := range ifaces {
+		if ifc.Name == own {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if in, ok := a.(*net.IPNet); ok && in.IP.Equal(ip) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // Residue lists what of the node is still on the machine: processes, mounts, cgroups, the
-// bridge, the directory. Empty after a successful Stop.
+// bridge, the directory and etcd's, the node's files in shared host directories. Empty after a
+// successful Stop.
 func (n *Node) Residue() []string {
 	var r []string
 	for _, pid := range n.ownProcesses() {
@@ -486,6 +577,11 @@ func (n *Node) Residue() []string {
 	}
 	if _, err := os.Stat(n.Dir); err == nil {
 		r = append(r, "directory "+n.Dir)
+	}
+	if n.etcdDataDir != "" {
+		if _, err := os.Stat(n.etcdDataDir); err == nil {
+			r = append(r, "directory "+n.etcdDataDir)
+		}
 	}
 	for _, p := range n.host.left() {
 		r = append(r, "file "+p)
@@ -536,6 +632,9 @@ func copyLogs(from, to, name string) error {
 		return err
 	}
 	ents, err := os.ReadDir(from)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // the node died before it had logs
+	}
 	if err != nil {
 		return err
 	}

@@ -11,11 +11,13 @@ import (
 	"time"
 )
 
-// proc is a node daemon (containerd, kubelet, kube-scheduler) with its output in a log file.
+// proc is a node daemon (containerd, kubelet, kube-scheduler) with its output in a log file:
+// one this process started, or one a dead owner left behind (adopted by Sweep).
 type proc struct {
 	name string
 	log  string
-	cmd  *exec.Cmd
+	ref  procRef
+	cmd  *exec.Cmd // nil when adopted
 	logf *os.File
 	done chan struct{}
 	err  error // valid once done is closed
@@ -36,6 +38,7 @@ func startProc(name, logPath, bin string, args ...string) (*proc, error) {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
+	p.ref = refOf(p.cmd.Process.Pid)
 	go func() {
 		p.err = p.cmd.Wait()
 		f.Close()
@@ -44,7 +47,22 @@ func startProc(name, logPath, bin string, args ...string) (*proc, error) {
 	return p, nil
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+// adoptProc takes over a daemon another (dead) process started; nil when ref is not running.
+func adoptProc(name, logPath string, ref procRef) *proc {
+	if !ref.alive() {
+		return nil
+	}
+	p := &proc{name: name, log: logPath, ref: ref, done: make(chan struct{})}
+	go func() {
+		for ref.alive() {
+			time.Sleep(100 * time.Millisecond)
+		}
+		close(p.done)
+	}()
+	return p
+}
+
+func (p *proc) pid() int { return p.ref.PID }
 
 func (p *proc) exited() bool {
 	select {
@@ -60,16 +78,21 @@ func (p *proc) exitErr() error {
 	return fmt.Errorf("%s exited: %v\n--- %s log (tail) ---\n%s", p.name, p.err, p.name, p.tail(4096))
 }
 
-// stop sends SIGTERM to the process group, and SIGKILL after grace.
+// stop sends SIGTERM to the process group, and SIGKILL after grace. An adopted process is
+// signalled alone unless it still leads its own group.
 func (p *proc) stop(grace time.Duration) {
 	if p == nil || p.exited() {
 		return
 	}
-	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
+	target := -p.pid()
+	if p.cmd == nil && processGroup(p.pid()) != p.pid() {
+		target = p.pid()
+	}
+	_ = syscall.Kill(target, syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+		_ = syscall.Kill(target, syscall.SIGKILL)
 		<-p.done
 	}
 }
