@@ -34,7 +34,7 @@ const RetryAfter = time.Minute
 // Reconciler runs cleanup Jobs for deleted Backups.
 type Reconciler struct {
 	Client   client.Client
-	Pods     client.Reader
+	Live     client.Reader
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
 }
@@ -65,7 +65,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !j.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil // a failed attempt going away; its deletion wakes us
 	}
-	out, err := jobs.Observe(ctx, r.Pods, j)
+	out, err := jobs.Observe(ctx, r.Live, j)
 	if err != nil || !out.Finished {
 		return reconcile.Result{}, err
 	}
@@ -115,7 +115,7 @@ func (r *Reconciler) start(ctx context.Context, b *backupsv1.Backup, run jobs.Ru
 	if err == nil {
 		env := append(jobs.Env(jobapi.ModeCleanup, run, b.Spec.ApplicationRef, params), jobs.ArtifactEnv(b)...)
 		var j *batchv1.Job
-		if j, err = jobs.Create(ctx, r.Client, r.Scheme, run, strat, pod, env); err == nil {
+		if j, err = jobs.Create(ctx, r.Client, r.Live, r.Scheme, run, strat, pod, env); err == nil {
 			r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "CleanupStarted", "Cleanup", "Created Job %s to delete the artifact %s", j.Name, artifactURI(b))
 			return reconcile.Result{}, nil
 		}

@@ -31,8 +31,8 @@ import (
 // Reconciler runs one BackupJob as a batch/v1 Job.
 type Reconciler struct {
 	Client client.Client
-	// Pods reads pods uncached (the driver reads a run's pods once, when its Job has finished).
-	Pods     client.Reader
+	// Live reads uncached: pods (read once, when a Job has finished) and Jobs the label-filtered cache cannot see.
+	Live     client.Reader
 	Scheme   *runtime.Scheme
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
@@ -105,7 +105,7 @@ func (r *Reconciler) run(ctx context.Context, s *scope) (reconcile.Result, error
 			return reconcile.Result{}, err
 		}
 	}
-	out, err := jobs.Observe(ctx, r.Pods, j)
+	out, err := jobs.Observe(ctx, r.Live, j)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -129,7 +129,7 @@ func (r *Reconciler) createJob(ctx context.Context, s *scope, strat *jobapi.JobB
 		return nil, err
 	}
 	env := jobs.Env(jobapi.ModeBackup, s.run, s.job.Spec.ApplicationRef, s.resolved.Parameters)
-	j, err := jobs.Create(ctx, r.Client, r.Scheme, s.run, strat, pod, env)
+	j, err := jobs.Create(ctx, r.Client, r.Live, r.Scheme, s.run, strat, pod, env)
 	if err != nil {
 		return nil, err
 	}

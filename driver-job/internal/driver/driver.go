@@ -40,12 +40,12 @@ func CacheOptions() cache.Options {
 // Setup registers the driver's three reconcilers with a manager.
 func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
 	rec := mgr.GetEventRecorder(names.DriverName)
-	c, pods, scheme := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme()
-	if err := (&backupjob.Reconciler{Client: c, Pods: pods, Scheme: scheme, Clock: clk, Recorder: rec}).SetupWithManager(mgr); err != nil {
+	c, live, scheme := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme()
+	if err := (&backupjob.Reconciler{Client: c, Live: live, Scheme: scheme, Clock: clk, Recorder: rec}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&restorejob.Reconciler{Client: c, Pods: pods, Scheme: scheme, Clock: clk, Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := (&restorejob.Reconciler{Client: c, Live: live, Scheme: scheme, Clock: clk, Recorder: rec}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&backup.Reconciler{Client: c, Pods: pods, Scheme: scheme, Recorder: rec}).SetupWithManager(mgr)
+	return (&backup.Reconciler{Client: c, Live: live, Scheme: scheme, Recorder: rec}).SetupWithManager(mgr)
 }

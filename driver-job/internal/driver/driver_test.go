@@ -118,15 +118,15 @@ func (f *fixture) backupJob() *backupsv1.BackupJob {
 }
 
 func (f *fixture) backupReconciler(c client.Client) *backupjob.Reconciler {
-	return &backupjob.Reconciler{Client: c, Pods: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
+	return &backupjob.Reconciler{Client: c, Live: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
 }
 
 func (f *fixture) restoreReconciler() *restorejob.Reconciler {
-	return &restorejob.Reconciler{Client: cl, Pods: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
+	return &restorejob.Reconciler{Client: cl, Live: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
 }
 
 func (f *fixture) cleanupReconciler() *backup.Reconciler {
-	return &backup.Reconciler{Client: cl, Pods: cl, Scheme: sch, Recorder: f.rec}
+	return &backup.Reconciler{Client: cl, Live: cl, Scheme: sch, Recorder: f.rec}
 }
 
 func reconcileOnce(t *testing.T, r reconcile.Reconciler, o client.Object) reconcile.Result {
@@ -324,7 +324,9 @@ func TestBackupJobCrashWindows(t *testing.T) {
 	require.Len(t, f.jobsInNamespace(), 1)
 }
 
-// A Job of the run's name that the driver did not create for this run is never adopted.
+// A Job of the run's name that the driver did not create for this run is never adopted. The
+// driver's cache holds only Jobs labelled as its own, so it cannot see such a Job: the refusal must
+// come from the failed create and an uncached read.
 func TestBackupJobRefusesAForeignJob(t *testing.T) {
 	f := newFixture(t, nil)
 	bj := f.backupJob()
@@ -333,15 +335,25 @@ func TestBackupJobRefusesAForeignJob(t *testing.T) {
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: "x", Image: "x"}}}}}}
 	require.NoError(t, cl.Create(f.ctx, foreign))
-	reconcileOnce(t, f.backupReconciler(cl), bj)
+	cacheView := interceptor.NewClient(cl, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if _, isJob := obj.(*batchv1.Job); isJob && obj.GetLabels()[backupsv1.LabelManagedBy] != names.DriverName {
+				return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
+			}
+			return nil
+		},
+	})
+	reconcileOnce(t, f.backupReconciler(cacheView), bj)
 	bj = get(t, bj)
 	require.Equal(t, backupsv1.BackupJobFailed, bj.Status.Phase)
 	require.Equal(t, backupsv1.ReasonNameConflict, readyCondition(bj.Status.Conditions).Reason)
 	require.Contains(t, bj.Status.Message, "was not adopted")
 	j := f.onlyJob()
 	require.Equal(t, foreign.UID, j.UID)
-	require.Empty(t, j.OwnerReferences, "the foreign Job is untouched")
-	require.Nil(t, j.Spec.TTLSecondsAfterFinished)
+	require.Equal(t, foreign.ResourceVersion, j.ResourceVersion, "the foreign Job is untouched")
 	reconcileOnce(t, f.backupReconciler(cl), bj) // terminal: Release must leave the foreign Job alone
 	require.Equal(t, j.ResourceVersion, f.onlyJob().ResourceVersion)
 }

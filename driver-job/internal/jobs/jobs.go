@@ -81,8 +81,10 @@ func Get(ctx context.Context, c client.Reader, run Run) (*batchv1.Job, error) {
 }
 
 // Create builds the Job from a rendered pod template and the strategy's settings, injecting env into
-// every container, and creates it. Invalid Jobs fail the run with the API server's message.
-func Create(ctx context.Context, c client.Client, scheme *runtime.Scheme, run Run, strat *jobapi.JobBackupStrategy, pod corev1.PodTemplateSpec, env []corev1.EnvVar) (*batchv1.Job, error) {
+// every container, and creates it. Invalid Jobs fail the run with the API server's message. When
+// the name is taken, live (an uncached reader) tells a foreign Job, which the driver's
+// label-filtered cache cannot see, from its own Job not yet in the cache.
+func Create(ctx context.Context, c client.Client, live client.Reader, scheme *runtime.Scheme, run Run, strat *jobapi.JobBackupStrategy, pod corev1.PodTemplateSpec, env []corev1.EnvVar) (*batchv1.Job, error) {
 	labels := names.Labels(run.Kind, run.Object.GetName(), run.Object.GetUID())
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
@@ -123,7 +125,12 @@ func Create(ctx context.Context, c client.Client, scheme *runtime.Scheme, run Ru
 			return nil, resolve.Failf(backupsv1.ReasonTemplateRenderFailed,
 				"the API server rejected Job %s rendered from JobBackupStrategy %s: %v", run.Key(), strat.Name, err)
 		}
-		// AlreadyExists: a stale cache; the next reconcile reads the Job and adopts or refuses it.
+		if apierrors.IsAlreadyExists(err) {
+			if _, gerr := Get(ctx, live, run); gerr != nil {
+				return nil, gerr // a foreign Job: NameConflict
+			}
+			// This run's Job, not yet in the cache: the next reconcile adopts it.
+		}
 		return nil, fmt.Errorf("creating Job %s: %w", run.Key(), err)
 	}
 	return job, nil
@@ -347,12 +354,13 @@ const DeadlineGrace = 2 * time.Minute
 // controller normally fails it first); otherwise it requeues for that moment. Job changes wake the
 // reconciler through the watch.
 func Deadline(started time.Time, j *batchv1.Job, now time.Time) (reconcile.Result, error) {
-	limit := time.Duration(*j.Spec.ActiveDeadlineSeconds)*time.Second + DeadlineGrace
+	active := ptr.Deref(j.Spec.ActiveDeadlineSeconds, DefaultActiveDeadlineSeconds)
+	limit := time.Duration(active)*time.Second + DeadlineGrace
 	left := started.Add(limit).Sub(now)
 	if left <= 0 {
 		return reconcile.Result{}, resolve.Failf(backupsv1.ReasonDeadlineExceeded,
 			"Job %s has not finished %s after the run started (activeDeadlineSeconds %d); is kube-controller-manager running?",
-			j.Name, limit, *j.Spec.ActiveDeadlineSeconds)
+			j.Name, limit, active)
 	}
 	return reconcile.Result{RequeueAfter: left}, nil
 }

@@ -30,7 +30,7 @@ import (
 // Reconciler runs one RestoreJob as a batch/v1 Job.
 type Reconciler struct {
 	Client   client.Client
-	Pods     client.Reader
+	Live     client.Reader
 	Scheme   *runtime.Scheme
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
@@ -94,7 +94,7 @@ func (r *Reconciler) run(ctx context.Context, rj *backupsv1.RestoreJob, backup *
 			return reconcile.Result{}, err
 		}
 	}
-	out, err := jobs.Observe(ctx, r.Pods, j)
+	out, err := jobs.Observe(ctx, r.Live, j)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -142,7 +142,7 @@ func (r *Reconciler) createJob(ctx context.Context, rj *backupsv1.RestoreJob, ba
 		return nil, err
 	}
 	env := append(jobs.Env(jobapi.ModeRestore, run, target, params), jobs.ArtifactEnv(backup)...)
-	j, err := jobs.Create(ctx, r.Client, r.Scheme, run, strat, pod, env)
+	j, err := jobs.Create(ctx, r.Client, r.Live, r.Scheme, run, strat, pod, env)
 	if err != nil {
 		return nil, err
 	}
