@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ import (
 // Both controllers get the same API budget, so the comparison is of the controllers. Override
 // with COFFER_BENCH_QPS and COFFER_BENCH_BURST.
 var qps, burst = envOr("COFFER_BENCH_QPS", "100"), envOr("COFFER_BENCH_BURST", "200")
+
+// COFFER_BENCH_CORE_ARGS adds flags to core-controller (e.g. --plan-workers=32).
 
 // alone (COFFER_BENCH_MODE=alone) measures each controller on a tick of its own: the Plans at one
 // tick while the CronJobs are suspended, then the CronJobs at a later tick while the Plans are
@@ -77,8 +80,8 @@ func fireLag(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	core, err := components.Start(bin, "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
-		"--health-probe-bind-address=0", "--kube-api-qps="+qps, "--kube-api-burst="+burst)
+	core, err := components.Start(bin, append([]string{"--kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+		"--health-probe-bind-address=0", "--kube-api-qps=" + qps, "--kube-api-burst=" + burst}, strings.Fields(os.Getenv("COFFER_BENCH_CORE_ARGS"))...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
