@@ -61,6 +61,10 @@ type Options struct {
 	// replaces the default for that flag (e.g. --advertise-address); repeat a flag to pass it
 	// several values.
 	APIServerArgs []string
+	// BindAddress is the IP address kube-apiserver listens on; empty means envtest's 127.0.0.1.
+	// The serving certificate names it (besides localhost), and Config and Kubeconfig point at
+	// it, so every client uses https://<BindAddress>:<port>.
+	BindAddress string
 	// Output receives the servers' logs; nil discards them.
 	Output *os.File
 }
@@ -112,6 +116,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	api.CertDir = certDir
 	if opts.Output != nil {
 		api.Out, api.Err = opts.Output, opts.Output
+	}
+	if opts.BindAddress != "" {
+		// envtest keeps an address given with its port: it listens there, health-checks there
+		// and adds it to the serving certificate.
+		port, err := freePortOn(opts.BindAddress)
+		if err != nil {
+			c.cleanup()
+			return nil, err
+		}
+		api.SecureServing.Address, api.SecureServing.Port = opts.BindAddress, strconv.Itoa(port)
 	}
 	if err := setArgs(api.Configure(), opts.APIServerArgs); err != nil {
 		c.cleanup()
@@ -284,6 +298,16 @@ func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePortOn returns a TCP port on ip that was free a moment ago.
+func freePortOn(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port on %s: %w", ip, err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil

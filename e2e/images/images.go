@@ -371,3 +371,45 @@ func Pause(ctx context.Context, dir string) (*Image, error) {
 		Out:    filepath.Join(dir, "coffer-pause.oci.tar"),
 	})
 }
+
+// Component is one of Coffer's images: the module that builds it, its main package and the
+// image name (without tag) that deploy/ and the samples use.
+type Component struct{ Module, Package, Name string }
+
+// Components are the images of Coffer's four components and of coffer-agent.
+var Components = []Component{
+	{"core-controller", "./cmd/core-controller", "coffer/core-controller"},
+	{"driver-velero", "./cmd/driver-velero", "coffer/driver-velero"},
+	{"driver-job", "./cmd/driver-job", "coffer/driver-job"},
+	{"verifier", "./cmd/verifier", "coffer/verifier"},
+	{"driver-job", "./cmd/coffer-agent", "coffer/coffer-agent"},
+}
+
+// BuildComponents builds every image of Components, tagged tag, into the directory out: each
+// binary with the Go toolchain in <root>/<Module>, then its archive <out>/<binary>.oci.tar (the
+// binary itself is removed). root is the checkout root. done, when set, is called after each
+// image with how long it took.
+func BuildComponents(ctx context.Context, root, out, tag string, done func(img *Image, took time.Duration)) ([]*Image, error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	var built []*Image
+	for _, c := range Components {
+		start := time.Now()
+		bin := filepath.Join(out, filepath.Base(c.Package))
+		if err := BuildBinary(ctx, filepath.Join(root, c.Module), c.Package, bin); err != nil {
+			return nil, err
+		}
+		img, err := Build(ctx, Options{Binary: bin, Name: c.Name + ":" + tag,
+			Out: filepath.Join(out, filepath.Base(c.Package)+".oci.tar")})
+		if err != nil {
+			return nil, err
+		}
+		_ = os.Remove(bin)
+		built = append(built, img)
+		if done != nil {
+			done(img, time.Since(start))
+		}
+	}
+	return built, nil
+}

@@ -55,6 +55,16 @@ type Options struct {
 	// Snapshotter is containerd's: "overlayfs" or "native". Empty picks overlayfs, or native
 	// when TempDir is on an overlay filesystem.
 	Snapshotter string
+	// ServeToPods lets pods use the control plane as they would in a real cluster, with the
+	// credentials of their ServiceAccount: kube-apiserver listens on the node's IP instead of
+	// 127.0.0.1, with a serving certificate that names it (every client, Cluster.Config
+	// included, then uses https://<IP>:<port>), and its ServiceAccount admission plugin, which
+	// envtest disables, is on, so the kubelet mounts a pod's ServiceAccount token and the cluster
+	// CA (ConfigMap kube-root-ca.crt) at /var/run/secrets/kubernetes.io/serviceaccount. The node
+	// runs no kube-proxy, so the ClusterIP of the kubernetes Service leads nowhere: a container
+	// finds the apiserver through KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT set to the
+	// host and port of Cluster.Config.Host.
+	ServeToPods bool
 	// Timeout bounds the bring-up; default 3 minutes.
 	Timeout time.Duration
 	// Logf, when set, receives progress lines (e.g. t.Logf).
@@ -230,6 +240,17 @@ func (n *Node) start(ctx context.Context) error {
 	clusterDone := make(chan started, 1)
 	clusterCtx, cancelCluster := context.WithCancel(ctx)
 	defer cancelCluster()
+	apiArgs := []string{
+		"--advertise-address=" + n.IP,
+		"--kubelet-client-certificate=" + certFile,
+		"--kubelet-client-key=" + keyFile,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+	}
+	bindAddress := ""
+	if n.opts.ServeToPods {
+		bindAddress = n.IP
+		apiArgs = append(apiArgs, "--disable-admission-plugins=") // envtest's default disables ServiceAccount
+	}
 	go func() {
 		t0 := time.Now()
 		c, err := cluster.Start(clusterCtx, cluster.Options{
@@ -238,12 +259,8 @@ func (n *Node) start(ctx context.Context) error {
 			ControllerManagerArgs: n.opts.ControllerManagerArgs,
 			CRDDirectoryPaths:     n.opts.CRDDirectoryPaths,
 			Output:                n.cpLog,
-			APIServerArgs: append([]string{
-				"--advertise-address=" + n.IP,
-				"--kubelet-client-certificate=" + certFile,
-				"--kubelet-client-key=" + keyFile,
-				"--kubelet-preferred-address-types=InternalIP,Hostname",
-			}, n.opts.APIServerArgs...),
+			BindAddress:           bindAddress,
+			APIServerArgs:         append(apiArgs, n.opts.APIServerArgs...),
 		})
 		if err == nil {
 			n.logf("control plane up in %s", time.Since(t0).Round(time.Millisecond))

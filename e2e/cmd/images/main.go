@@ -15,17 +15,6 @@ import (
 	"github.com/coffer-backup/coffer/e2e/manifests"
 )
 
-// image is one image: the module, its main package and the image name deploy/ uses.
-type image struct{ module, pkg, name string }
-
-var all = []image{
-	{"core-controller", "./cmd/core-controller", "coffer/core-controller"},
-	{"driver-velero", "./cmd/driver-velero", "coffer/driver-velero"},
-	{"driver-job", "./cmd/driver-job", "coffer/driver-job"},
-	{"verifier", "./cmd/verifier", "coffer/verifier"},
-	{"driver-job", "./cmd/coffer-agent", "coffer/coffer-agent"},
-}
-
 func main() {
 	out := flag.String("out", "bin/images", "Directory of the archives (relative to the repository root).")
 	tag := flag.String("tag", "dev", "Image tag.")
@@ -37,7 +26,6 @@ func main() {
 }
 
 func run(out, tag string) error {
-	ctx := context.Background()
 	root, err := manifests.RepoRoot()
 	if err != nil {
 		return err
@@ -45,22 +33,8 @@ func run(out, tag string) error {
 	if !filepath.IsAbs(out) {
 		out = filepath.Join(root, out)
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	for _, im := range all {
-		start := time.Now()
-		bin := filepath.Join(out, filepath.Base(im.pkg))
-		if err := images.BuildBinary(ctx, filepath.Join(root, im.module), im.pkg, bin); err != nil {
-			return err
-		}
-		img, err := images.Build(ctx, images.Options{Binary: bin, Name: im.name + ":" + tag,
-			Out: filepath.Join(out, filepath.Base(im.pkg)+".oci.tar")})
-		if err != nil {
-			return err
-		}
-		_ = os.Remove(bin)
-		fmt.Printf("%-40s %s  %s  (%s)\n", img.Name, img.Digest, img.Archive, time.Since(start).Round(100*time.Millisecond))
-	}
-	return nil
+	_, err = images.BuildComponents(context.Background(), root, out, tag, func(img *images.Image, took time.Duration) {
+		fmt.Printf("%-40s %s  %s  (%s)\n", img.Name, img.Digest, img.Archive, took.Round(100*time.Millisecond))
+	})
+	return err
 }

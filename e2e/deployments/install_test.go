@@ -1,0 +1,305 @@
+//go:build e2e
+
+package deployments
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/coffer-backup/coffer/e2e/images"
+	"github.com/coffer-backup/coffer/e2e/manifests"
+)
+
+// overlayTemplate is the e2e overlay of deploy/<component>: the images are those the test
+// built and imported (same names as deploy/ ships, never pulled), and the containers find the
+// apiserver on the node's IP instead of the kubernetes Service's ClusterIP, which no kube-proxy
+// routes here. Nothing else changes; checkOverlay proves it against the plain render.
+const overlayTemplate = `# e2e overlay of deploy/%[1]s: imagePullPolicy Never, and where the apiserver is.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %[2]s
+patches:
+- target:
+    group: apps
+    version: v1
+    kind: Deployment
+  patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: any
+    spec:
+      template:
+        spec:
+          containers:
+          - name: manager
+            imagePullPolicy: Never
+            env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: "%[3]s"
+            - name: KUBERNETES_SERVICE_PORT
+              value: "%[4]s"
+`
+
+// overlayEnv are the variables the overlay sets.
+var overlayEnv = map[string]bool{"KUBERNETES_SERVICE_HOST": true, "KUBERNETES_SERVICE_PORT": true}
+
+// renderOverlay writes the overlay of deploy/<comp> into dir and renders it; it returns the
+// overlay's text too.
+func renderOverlay(root, dir, comp, host, port string) ([]*unstructured.Unstructured, string, error) {
+	od := filepath.Join(dir, "overlay-"+comp)
+	if err := os.MkdirAll(od, 0o755); err != nil {
+		return nil, "", err
+	}
+	base, err := filepath.Rel(od, filepath.Join(root, "deploy", comp))
+	if err != nil {
+		return nil, "", err
+	}
+	text := fmt.Sprintf(overlayTemplate, comp, base, host, port)
+	if err := os.WriteFile(filepath.Join(od, "kustomization.yaml"), []byte(text), 0o644); err != nil {
+		return nil, "", err
+	}
+	objs, err := manifests.Render(od)
+	return objs, text, err
+}
+
+// checkOverlay compares the overlay's render with deploy/<comp>'s: the same objects, equal but
+// for the Deployments' containers' imagePullPolicy and the overlay's environment variables; and
+// every container image is one the test built.
+func checkOverlay(t *testing.T, base, over []*unstructured.Unstructured, built map[string]bool) {
+	t.Helper()
+	key := func(o *unstructured.Unstructured) string {
+		return o.GetAPIVersion() + "/" + o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+	}
+	plain := map[string]*unstructured.Unstructured{}
+	for _, o := range base {
+		plain[key(o)] = o
+	}
+	require.Len(t, over, len(base), "the overlay adds or drops objects")
+	for _, o := range over {
+		b, ok := plain[key(o)]
+		require.True(t, ok, "the overlay renders %s, which deploy/ does not", key(o))
+		if o.GetKind() != "Deployment" {
+			require.Equal(t, b.Object, o.Object, "the overlay changed %s", key(o))
+			continue
+		}
+		var bd, od appsv1.Deployment
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(b.Object, &bd))
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &od))
+		require.Len(t, od.Spec.Template.Spec.Containers, len(bd.Spec.Template.Spec.Containers), "%s: containers added", key(o))
+		for i := range od.Spec.Template.Spec.Containers {
+			c, bc := &od.Spec.Template.Spec.Containers[i], bd.Spec.Template.Spec.Containers[i]
+			require.Equal(t, corev1.PullNever, c.ImagePullPolicy, "%s: container %s", key(o), c.Name)
+			ref, err := images.Normalize(c.Image)
+			require.NoError(t, err)
+			require.True(t, built[ref], "%s: container %s runs %s, which the test did not build", key(o), c.Name, c.Image)
+			c.ImagePullPolicy = bc.ImagePullPolicy
+			var env []corev1.EnvVar
+			for _, e := range c.Env {
+				if !overlayEnv[e.Name] {
+					env = append(env, e)
+				}
+			}
+			c.Env = env
+		}
+		require.True(t, reflect.DeepEqual(bd, od), "the overlay changed %s beyond images and the apiserver's address:\ndeploy/: %+v\noverlay: %+v", key(o), bd.Spec, od.Spec)
+	}
+}
+
+// monitoringGroup is the Prometheus Operator's API group (ServiceMonitor, PrometheusRule).
+const monitoringGroup = "monitoring.coreos.com"
+
+// installable splits rendered objects into those the cluster can take and those of the
+// Prometheus Operator's kinds when their CRDs are absent, with why.
+func installable(t *testing.T, cl client.Client, objs []*unstructured.Unstructured) (take []*unstructured.Unstructured, skipped []string) {
+	t.Helper()
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if gvk.Group == monitoringGroup {
+			_, err := cl.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+			if meta.IsNoMatchError(err) {
+				skipped = append(skipped, fmt.Sprintf("%s %s/%s (the %s CRDs are not installed: no Prometheus Operator here)", gvk.Kind, o.GetNamespace(), o.GetName(), monitoringGroup))
+				continue
+			}
+			require.NoError(t, err)
+		}
+		take = append(take, o)
+	}
+	return take, skipped
+}
+
+// installVeleroCRDs applies Velero's CRDs as `velero install --crds-only` prints them: the
+// cluster a Velero driver and a verifier run in has Velero, and their controllers watch its kinds.
+func installVeleroCRDs(ctx context.Context, cl client.Client, velero string) error {
+	out, err := exec.CommandContext(ctx, velero, "install", "--crds-only", "--dry-run", "-o", "yaml").Output()
+	if err != nil {
+		return fmt.Errorf("velero install --crds-only: %w", err)
+	}
+	var crds []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err == io.EOF {
+			break
+		} else if err != nil {
+			return fmt.Errorf("decoding Velero's CRDs: %w", err)
+		}
+		items := []any{u.Object}
+		if u.GetKind() == "List" {
+			items, _, _ = unstructured.NestedSlice(u.Object, "items")
+		}
+		for _, it := range items {
+			if m, ok := it.(map[string]any); ok && m["kind"] == "CustomResourceDefinition" {
+				crds = append(crds, &unstructured.Unstructured{Object: m})
+			}
+		}
+	}
+	if len(crds) == 0 {
+		return fmt.Errorf("velero install --crds-only printed no CRDs")
+	}
+	return manifests.Apply(ctx, cl, crds)
+}
+
+// deploymentReady tells whether a Deployment has rolled out: its current generation observed,
+// every replica updated, Ready and Available, and the Available condition true.
+func deploymentReady(d *appsv1.Deployment) (bool, string) {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	if s.ObservedGeneration < d.Generation {
+		return false, "generation not observed"
+	}
+	if s.Replicas != want || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.AvailableReplicas != want {
+		return false, fmt.Sprintf("replicas %d/%d, updated %d, ready %d, available %d", s.Replicas, want, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas)
+	}
+	for _, c := range s.Conditions {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
+			return true, ""
+		}
+	}
+	return false, "no Available=True condition"
+}
+
+// waitRolledOut waits until every Deployment is ready (deploymentReady).
+func (e *env) waitRolledOut(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	why := map[string]string{}
+	err := wait.PollUntilContextTimeout(e.ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		all := true
+		for _, c := range e.comps {
+			d := &appsv1.Deployment{}
+			if err := e.cl.Get(ctx, c.deployment, d); err != nil {
+				return false, err
+			}
+			ok, w := deploymentReady(d)
+			why[c.name] = w
+			all = all && ok
+		}
+		return all, nil
+	})
+	if err != nil {
+		require.NoError(t, err, "waiting for the Deployments to roll out: %v\n%s", why, e.podReport())
+	}
+}
+
+// podReport describes the components' pods (phase, conditions, container states), their
+// namespaces' recent events and the containers' log tails, for a failure message.
+func (e *env) podReport() string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, c := range e.comps {
+		pods, err := e.pods(c)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: listing pods: %v\n", c.name, err)
+			continue
+		}
+		for _, p := range pods {
+			fmt.Fprintf(&b, "--- pod %s/%s: %s", p.Namespace, p.Name, p.Status.Phase)
+			for _, cond := range p.Status.Conditions {
+				fmt.Fprintf(&b, " %s=%s", cond.Type, cond.Status)
+			}
+			b.WriteString("\n")
+			for _, cs := range p.Status.ContainerStatuses {
+				fmt.Fprintf(&b, "    container %s ready=%v restarts=%d state=%+v last=%+v\n", cs.Name, cs.Ready, cs.RestartCount, cs.State, cs.LastTerminationState)
+			}
+			if log, err := e.logs(p, false); err == nil {
+				fmt.Fprintf(&b, "    log tail:\n%s\n", tailOf(log, 1500))
+			}
+		}
+		if !seen[c.deployment.Namespace] {
+			seen[c.deployment.Namespace] = true
+			evs := &corev1.EventList{}
+			if err := e.cl.List(e.ctx, evs, client.InNamespace(c.deployment.Namespace)); err == nil {
+				for _, ev := range evs.Items {
+					if ev.Type != corev1.EventTypeNormal {
+						fmt.Fprintf(&b, "event %s %s/%s: %s %s\n", ev.Type, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+					}
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// pods lists a component's pods (by its Deployment's selector), oldest first.
+func (e *env) pods(c *component) ([]corev1.Pod, error) {
+	d := &appsv1.Deployment{}
+	if err := e.cl.Get(e.ctx, c.deployment, d); err != nil {
+		return nil, err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return nil, err
+	}
+	list := &corev1.PodList{}
+	if err := e.cl.List(e.ctx, list, client.InNamespace(d.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	pods := list.Items
+	for i := 1; i < len(pods); i++ { // a handful: insertion sort by creation
+		for j := i; j > 0 && pods[j].CreationTimestamp.Before(&pods[j-1].CreationTimestamp); j-- {
+			pods[j], pods[j-1] = pods[j-1], pods[j]
+		}
+	}
+	return pods, nil
+}
+
+// logs reads a pod's manager container log through the API (the kubelet serves it).
+func (e *env) logs(p corev1.Pod, previous bool) (string, error) {
+	b, err := e.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "manager", Previous: previous}).DoRaw(e.ctx)
+	return string(b), err
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+func runtimeFromUnstructured(o *unstructured.Unstructured, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, into)
+}
