@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -58,6 +59,7 @@ func Run(t *testing.T, cfg Config) {
 	s := &suite{Config: cfg}
 	t.Run("BJ-2,BJ-4,BK-1,BK-2,BK-3: a run goes Running then Succeeded with exactly one Backup", s.backupLifecycle)
 	t.Run("GEN-2,BJ-1,RJ-1: runs of other strategy kinds are left untouched", s.foreignRunsUntouched)
+	t.Run("BJ-9: a run another driver claimed stays theirs when its class changes", s.claimedElsewhere)
 	t.Run("GEN-8,BJ-5: a missing strategy fails the run with StrategyNotFound", s.missingStrategy)
 	if cfg.Restart != nil {
 		t.Run("BJ-8: a SIGKILL during a run still yields exactly one Backup", s.restartDuringRun)
@@ -197,6 +199,35 @@ func (s *suite) foreignRunsUntouched(t *testing.T) {
 		assert.Equal(t, before, o.GetResourceVersion(), "GEN-2: %T %s was written", o, o.GetName())
 		assert.Empty(t, o.GetFinalizers(), "GEN-2: %T %s got a finalizer", o, o.GetName())
 	}
+}
+
+func (s *suite) claimedElsewhere(t *testing.T) {
+	ns := s.Namespace(t)
+	app := s.NewApplication(t, ns)
+	// The run is created for a class that does not exist yet, claimed by another driver, and only
+	// then does the class appear, resolving to this driver's kind: as if it had been edited.
+	name, params := s.NewStrategy(t)
+	className := ns + "-edited"
+	job := s.backupJob(t, ns, className, app)
+	job.MarkRunning(metav1.Now(), "conformance-other-driver")
+	require.NoError(t, s.Client.Status().Update(s.ctx(), job))
+	c := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: className}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{
+			Application: backupsv1.ApplicationSelector{APIGroup: app.APIGroup, Kind: app.Kind},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(s.StrategyAPIGroup), Kind: s.StrategyKind, Name: name},
+			Parameters:  params,
+		}}}}
+	require.NoError(t, s.Client.Create(s.ctx(), c))
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), c) })
+
+	barrier := s.backupJob(t, ns, className, app)
+	s.waitFor(t, "a run of the same class", barrier, barrier.IsTerminal)
+	before := job.ResourceVersion
+	require.NoError(t, s.Client.Get(s.ctx(), client.ObjectKeyFromObject(job), job))
+	assert.Equal(t, before, job.ResourceVersion, "BJ-9: the run claimed by another driver was written")
+	assert.Equal(t, "conformance-other-driver", job.ClaimedBy())
+	err := s.Client.Get(s.ctx(), client.ObjectKey{Namespace: ns, Name: job.Name}, &backupsv1.Backup{})
+	assert.True(t, apierrors.IsNotFound(err), "BJ-9: no Backup for a run another driver claimed")
 }
 
 func (s *suite) missingStrategy(t *testing.T) {

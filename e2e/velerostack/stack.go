@@ -54,6 +54,7 @@ type Stack struct {
 	S3 *minio.Client
 
 	minio, velero *components.Process
+	lock          *hostLock
 }
 
 // Assets returns the directory of the stack's binaries or an error saying how to build them.
@@ -102,6 +103,9 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 		return nil, err
 	}
 	if err := os.Symlink(filepath.Join(assets, "velero-plugin-for-aws"), filepath.Join(dir, "plugins", "velero-plugin-for-aws")); err != nil {
+		return nil, err
+	}
+	if s.lock, err = lockHost(ctx, 15*time.Minute); err != nil {
 		return nil, err
 	}
 	metricsPort, _ := cluster.FreePort()
@@ -275,6 +279,7 @@ func (s *Stack) Stop() {
 			p.Stop(5 * time.Second)
 		}
 	}
+	s.lock.release()
 }
 
 // VeleroLog is the tail of the Velero server's log, for failure messages.

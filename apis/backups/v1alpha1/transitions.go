@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +24,7 @@ func (s runStatus) claim(now metav1.Time, driver string) {
 		*s.startedAt = now.DeepCopy()
 	}
 	meta.SetStatusCondition(s.conditions, metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionTrue,
-		Reason: ReasonClaimed, Message: "Claimed by " + driver, ObservedGeneration: s.generation, LastTransitionTime: now})
+		Reason: ReasonClaimed, Message: claimPrefix + driver, ObservedGeneration: s.generation, LastTransitionTime: now})
 }
 
 func (s runStatus) finish(now metav1.Time, ok bool, reason, msg string) {
@@ -83,4 +85,36 @@ func (r *RestoreJob) MarkSucceeded(now metav1.Time, msg string) {
 func (r *RestoreJob) MarkFailed(now metav1.Time, reason, msg string) {
 	r.runStatus().finish(now, false, reason, msg)
 	r.Status.Phase = RestoreJobFailed
+}
+
+// claimPrefix starts the message of the Accepted condition a claim writes.
+const claimPrefix = "Claimed by "
+
+// claimedBy reads the driver that claimed a run from its Accepted condition ("" when unclaimed).
+func claimedBy(conds []metav1.Condition) string {
+	c := meta.FindStatusCondition(conds, ConditionAccepted)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonClaimed {
+		return ""
+	}
+	return strings.TrimPrefix(c.Message, claimPrefix)
+}
+
+// ClaimedBy is the driver that claimed the run (MarkRunning), or "" when none has. A driver acts
+// only on runs it owns and that no other driver has claimed: a BackupClass edited while a run is
+// in flight must not hand the run to a second driver.
+func (j *BackupJob) ClaimedBy() string { return claimedBy(j.Status.Conditions) }
+
+// ClaimedBy is the driver that claimed the restore (MarkRunning), or "" when none has.
+func (r *RestoreJob) ClaimedBy() string { return claimedBy(r.Status.Conditions) }
+
+// ClaimableBy reports whether driver may act on the run: no driver, or this one, has claimed it.
+func (j *BackupJob) ClaimableBy(driver string) bool {
+	c := j.ClaimedBy()
+	return c == "" || c == driver
+}
+
+// ClaimableBy reports whether driver may act on the restore: no driver, or this one, has claimed it.
+func (r *RestoreJob) ClaimableBy(driver string) bool {
+	c := r.ClaimedBy()
+	return c == "" || c == driver
 }

@@ -59,3 +59,31 @@ func TestRestoreJobTransitions(t *testing.T) {
 	assert.Equal(t, RestoreJobSucceeded, s.Status.Phase)
 	assert.True(t, meta.IsStatusConditionTrue(s.Status.Conditions, ConditionReady))
 }
+
+func TestClaimedBy(t *testing.T) {
+	now := metav1.Now()
+	j := &BackupJob{}
+	if j.ClaimedBy() != "" || !j.ClaimableBy("a") {
+		t.Fatalf("an unclaimed run is claimable by anyone")
+	}
+	meta.SetStatusCondition(&j.Status.Conditions, metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonNoDriverClaimed, Message: "no driver"})
+	if j.ClaimedBy() != "" || !j.ClaimableBy("a") {
+		t.Fatalf("NoDriverClaimed is not a claim")
+	}
+	j.MarkRunning(now, "driver-a")
+	if got := j.ClaimedBy(); got != "driver-a" {
+		t.Fatalf("ClaimedBy = %q", got)
+	}
+	if !j.ClaimableBy("driver-a") || j.ClaimableBy("driver-b") {
+		t.Fatalf("only the claimer may act")
+	}
+	j.MarkSucceeded(now, "b")
+	if j.ClaimedBy() != "driver-a" {
+		t.Fatalf("a finished run keeps its claimer")
+	}
+	r := &RestoreJob{}
+	r.MarkRunning(now, "driver-b")
+	if r.ClaimedBy() != "driver-b" || r.ClaimableBy("driver-a") {
+		t.Fatalf("RestoreJob claim: %q", r.ClaimedBy())
+	}
+}

@@ -97,6 +97,14 @@ func run(ctx context.Context, o options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BackupJob controller: %w", err)
 	}
+	if err := (&backupjob.RestoreReconciler{
+		Client:       mgr.GetClient(),
+		Clock:        clk,
+		Recorder:     mgr.GetEventRecorder("coffer-core-controller"),
+		ClaimTimeout: o.claimTimeout,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the RestoreJob controller: %w", err)
+	}
 	if err := metrics.Register(ctrlmetrics.Registry, mgr.GetCache()); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}

@@ -64,7 +64,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if err != nil || resolved == nil {
 		return reconcile.Result{}, err // not ours: untouched
 	}
-	s := &scope{job: job, orig: job.DeepCopy(), now: metav1.NewTime(r.Clock.Now()), resolved: resolved, run: run}
+	if !job.ClaimableBy(names.DriverName) {
+		return reconcile.Result{}, nil // claimed by another driver before its class changed: theirs
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	if job.Status.Phase != backupsv1.BackupJobRunning {
+		// Claim before acting: of two drivers claiming one run (a class edited between their
+		// caches), exactly one optimistic write succeeds.
+		claim := job.DeepCopy()
+		job.MarkRunning(now, names.DriverName)
+		if err := r.Client.Status().Patch(ctx, job, client.MergeFromWithOptions(claim, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, fmt.Errorf("claiming BackupJob: %w", err)
+		}
+		r.Recorder.Eventf(job, nil, corev1.EventTypeNormal, "Started", "Backup", "Backing up with JobBackupStrategy %s", resolved.StrategyRef.Name)
+	}
+	s := &scope{job: job, orig: job.DeepCopy(), now: now, resolved: resolved, run: run}
 	defer func() {
 		if apiequality.Semantic.DeepEqual(s.orig.Status, s.job.Status) {
 			return
@@ -78,10 +92,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			metrics.Finished("backup", string(s.job.Status.Phase), s.job.Status.CompletedAt.Sub(s.job.Status.StartedAt.Time).Seconds())
 		}
 	}()
-	if job.Status.Phase != backupsv1.BackupJobRunning {
-		job.MarkRunning(s.now, names.DriverName)
-		r.Recorder.Eventf(job, nil, corev1.EventTypeNormal, "Started", "Backup", "Backing up with JobBackupStrategy %s", resolved.StrategyRef.Name)
-	}
 	res, err = r.run(ctx, s)
 	if f, ok := resolve.AsFailure(err); ok {
 		s.job.MarkFailed(s.now, f.Reason, f.Error())

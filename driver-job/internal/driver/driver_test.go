@@ -111,7 +111,7 @@ func newFixture(t *testing.T, mutate func(*jobapi.JobBackupStrategySpec)) *fixtu
 }
 
 func (f *fixture) backupJob() *backupsv1.BackupJob {
-	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly-1", Namespace: f.ns},
+	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "nightly-", Namespace: f.ns},
 		Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web"}, BackupClassName: f.class.Name}}
 	require.NoError(f.t, cl.Create(f.ctx, bj))
 	return bj
@@ -284,14 +284,34 @@ func TestBackupJobSucceedsFromTheAgentReport(t *testing.T) {
 	require.Equal(t, int32(30), *get(t, j).Spec.TTLSecondsAfterFinished)
 }
 
-// A crash after the Job was created but before the status write: a new reconciler adopts the Job.
-// A crash after the Backup was created: a new reconciler finishes with the recorded artifact even
-// when the pods are gone. Exactly one Job and one Backup either way.
+// A crash right after the Job was created: a new reconciler adopts the Job. A crash after the
+// Backup was created but before the BackupJob's status write: a new reconciler finishes with the
+// recorded artifact even when the pods are gone. Exactly one Job and one Backup either way.
 func TestBackupJobCrashWindows(t *testing.T) {
 	f := newFixture(t, nil)
 	bj := f.backupJob()
-	crash := errors.New("killed before the status write")
-	crashing := interceptor.NewClient(cl, interceptor.Funcs{
+	crash := errors.New("killed right after the write")
+	crashAfterJobCreate := interceptor.NewClient(cl, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := c.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			if _, isJob := obj.(*batchv1.Job); isJob {
+				return crash
+			}
+			return nil
+		},
+	})
+	_, err := f.backupReconciler(crashAfterJobCreate).Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bj)})
+	require.ErrorIs(t, err, crash)
+	require.Equal(t, backupsv1.BackupJobRunning, get(t, bj).Status.Phase, "claimed before the Job was created")
+	first := f.onlyJob()
+
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	require.Equal(t, first.UID, f.onlyJob().UID, "the same Job, adopted")
+	require.Equal(t, backupsv1.BackupJobRunning, get(t, bj).Status.Phase)
+
+	crashingStatus := interceptor.NewClient(cl, interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			if _, isRun := obj.(*backupsv1.BackupJob); isRun {
 				return crash
@@ -299,18 +319,10 @@ func TestBackupJobCrashWindows(t *testing.T) {
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
-	_, err := f.backupReconciler(crashing).Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bj)})
-	require.ErrorIs(t, err, crash)
-	require.Empty(t, get(t, bj).Status.Phase, "the status write was lost")
-	first := f.onlyJob()
-
-	reconcileOnce(t, f.backupReconciler(cl), bj)
-	require.Equal(t, first.UID, f.onlyJob().UID, "the same Job, adopted")
-	require.Equal(t, backupsv1.BackupJobRunning, get(t, bj).Status.Phase)
-
 	f.finish(first, 0, goodReport("a.tar"), "")
-	_, err = f.backupReconciler(crashing).Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bj)})
+	_, err = f.backupReconciler(crashingStatus).Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bj)})
 	require.ErrorIs(t, err, crash)
+	require.Equal(t, backupsv1.BackupJobRunning, get(t, bj).Status.Phase, "the terminal status write was lost")
 	b := get(t, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: f.ns}})
 	require.Equal(t, goodSum, b.Status.Artifact.Checksum)
 
@@ -322,6 +334,27 @@ func TestBackupJobCrashWindows(t *testing.T) {
 	require.NoError(t, cl.List(f.ctx, list, client.InNamespace(f.ns)))
 	require.Len(t, list.Items, 1)
 	require.Len(t, f.jobsInNamespace(), 1)
+}
+
+// A run another driver claimed stays theirs even when its class now resolves to this driver (the
+// class was edited while the run was in flight), and so does a restore.
+func TestRunsClaimedByAnotherDriverAreUntouched(t *testing.T) {
+	f := newFixture(t, nil)
+	bj := f.backupJob()
+	bj.MarkRunning(metav1.Now(), "coffer-driver-velero")
+	require.NoError(t, cl.Status().Update(f.ctx, bj))
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	require.Equal(t, bj.ResourceVersion, get(t, bj).ResourceVersion)
+	require.Equal(t, "coffer-driver-velero", bj.ClaimedBy())
+
+	b := f.succeededBackup()
+	rj := f.restoreJob(b, nil)
+	rj.MarkRunning(metav1.Now(), "coffer-driver-velero")
+	require.NoError(t, cl.Status().Update(f.ctx, rj))
+	reconcileOnce(t, f.restoreReconciler(), rj)
+	require.Equal(t, rj.ResourceVersion, get(t, rj).ResourceVersion)
+	require.Empty(t, f.jobsOf(names.KindRestoreJob))
+	require.Len(t, f.jobsOf(names.KindBackupJob), 1, "only the job driver's own run got a Job")
 }
 
 // A Job of the run's name that the driver did not create for this run is never adopted. The

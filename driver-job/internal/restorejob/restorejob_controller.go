@@ -56,8 +56,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if !resolve.Ours(backup.Spec.StrategyRef) {
 		return reconcile.Result{}, nil
 	}
-	orig := rj.DeepCopy()
+	if !rj.ClaimableBy(names.DriverName) {
+		return reconcile.Result{}, nil // claimed by another driver: theirs
+	}
 	now := metav1.NewTime(r.Clock.Now())
+	if rj.Status.Phase != backupsv1.RestoreJobRunning {
+		claim := rj.DeepCopy()
+		rj.MarkRunning(now, names.DriverName)
+		if err := r.Client.Status().Patch(ctx, rj, client.MergeFromWithOptions(claim, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, fmt.Errorf("claiming RestoreJob: %w", err)
+		}
+		r.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "Started", "Restore", "Restoring Backup %s with JobBackupStrategy %s", backup.Name, backup.Spec.StrategyRef.Name)
+	}
+	orig := rj.DeepCopy()
 	defer func() {
 		if apiequality.Semantic.DeepEqual(orig.Status, rj.Status) {
 			return
@@ -71,10 +82,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			metrics.Finished("restore", string(rj.Status.Phase), rj.Status.CompletedAt.Sub(rj.Status.StartedAt.Time).Seconds())
 		}
 	}()
-	if rj.Status.Phase != backupsv1.RestoreJobRunning {
-		rj.MarkRunning(now, names.DriverName)
-		r.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "Started", "Restore", "Restoring Backup %s with JobBackupStrategy %s", backup.Name, backup.Spec.StrategyRef.Name)
-	}
 	res, err := r.run(ctx, rj, backup, run, now)
 	if f, ok := resolve.AsFailure(err); ok {
 		rj.MarkFailed(now, f.Reason, f.Error())

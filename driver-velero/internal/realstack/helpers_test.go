@@ -12,11 +12,18 @@ func requestFor(o client.Object) reconcile.Request {
 	return reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}
 }
 
-// crashingStatus is the real client whose status writes fail, as if the process died first.
-func crashingStatus(crash error) client.Client {
+// crashAfterCreate is the real client that dies right after creating an object that matches:
+// the object exists, nothing after it happens.
+func crashAfterCreate(crash error, matches func(client.Object) bool) client.Client {
 	return interceptor.NewClient(cl, interceptor.Funcs{
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			return crash
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := c.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			if matches(obj) {
+				return crash
+			}
+			return nil
 		},
 	})
 }

@@ -236,8 +236,29 @@ func TestForeignJobsAreUntouched(t *testing.T) {
 	}
 }
 
-// TestAdoptionAfterCrash crashes the driver after it created the Velero Backup and before the
-// BackupJob status write; a new instance adopts the Velero Backup and finishes with exactly one.
+// TestRunClaimedByAnotherDriverIsUntouched: a run the Job driver claimed stays its own after the
+// class was switched to Velero while the run was in flight.
+func TestRunClaimedByAnotherDriverIsUntouched(t *testing.T) {
+	ctx := context.Background()
+	ns := "claimed-" + strings.ToLower(time.Now().Format("150405")) // not served by the running manager
+	require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	shop(t, ns, "shop")
+	j := backupJob(ns, "claimed-elsewhere", "velero", "Shop")
+	require.NoError(t, cl.Create(ctx, j))
+	j.MarkRunning(metav1.Now(), "coffer-driver-job")
+	require.NoError(t, cl.Status().Update(ctx, j))
+	_, err := newBackupJobReconciler(cl, nil).Reconcile(ctx, requestFor(j))
+	require.NoError(t, err)
+	rv := j.ResourceVersion
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(j), j))
+	assert.Equal(t, rv, j.ResourceVersion)
+	list := &velerov1.BackupList{}
+	require.NoError(t, cl.List(ctx, list, client.InNamespace(velerostack.Namespace), client.MatchingLabels{backupsv1.LabelBackupJobUID: string(j.UID)}))
+	assert.Empty(t, list.Items, "no Velero Backup for a run another driver claimed")
+}
+
+// TestAdoptionAfterCrash crashes the driver right after it created the Velero Backup; a new
+// instance adopts the Velero Backup and finishes with exactly one.
 func TestAdoptionAfterCrash(t *testing.T) {
 	ctx := context.Background()
 	ns := "crash-" + strings.ToLower(time.Now().Format("150405"))
@@ -247,12 +268,12 @@ func TestAdoptionAfterCrash(t *testing.T) {
 	job := backupJob(ns, "crashy", "velero", "Shop")
 	require.NoError(t, cl.Create(ctx, job))
 
-	crash := errors.New("killed before the status write")
-	r := newBackupJobReconciler(crashingStatus(crash), nil)
+	crash := errors.New("killed right after creating the Velero Backup")
+	r := newBackupJobReconciler(crashAfterCreate(crash, func(o client.Object) bool { _, ok := o.(*velerov1.Backup); return ok }), nil)
 	_, err := r.Reconcile(ctx, requestFor(job))
 	require.ErrorIs(t, err, crash)
 	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(job), job))
-	assert.Empty(t, job.Status.Phase, "the status write was lost")
+	assert.Equal(t, backupsv1.BackupJobRunning, job.Status.Phase, "claimed before the Velero Backup was created")
 
 	r = newBackupJobReconciler(cl, nil) // restart
 	waitFor(t, "the adopted run to finish", 3*time.Minute, func(ctx context.Context) (bool, error) {

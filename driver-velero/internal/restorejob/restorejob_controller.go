@@ -63,8 +63,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if !resolve.Ours(backup.Spec.StrategyRef) {
 		return reconcile.Result{}, nil
 	}
-	orig := rj.DeepCopy()
+	if !rj.ClaimableBy(backupjob.DriverName) {
+		return reconcile.Result{}, nil // claimed by another driver: theirs
+	}
 	now := metav1.NewTime(r.Clock.Now())
+	if rj.Status.Phase != backupsv1.RestoreJobRunning {
+		claim := rj.DeepCopy()
+		rj.MarkRunning(now, backupjob.DriverName)
+		if err := r.Client.Status().Patch(ctx, rj, client.MergeFromWithOptions(claim, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, fmt.Errorf("claiming RestoreJob: %w", err)
+		}
+	}
+	orig := rj.DeepCopy()
 	defer func() {
 		if apiequality.Semantic.DeepEqual(orig.Status, rj.Status) {
 			return
@@ -78,9 +88,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			metrics.Finished("restore", string(rj.Status.Phase), rj.Status.CompletedAt.Sub(rj.Status.StartedAt.Time).Seconds())
 		}
 	}()
-	if rj.Status.Phase != backupsv1.RestoreJobRunning {
-		rj.MarkRunning(now, backupjob.DriverName)
-	}
 	res, err := r.run(ctx, rj, backup, now)
 	if f, ok := resolve.AsFailure(err); ok {
 		rj.MarkFailed(now, f.Reason, f.Error())
