@@ -66,11 +66,11 @@ test: build ## Unit, envtest and real-server suites of every module (builds test
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
 # The suites behind the e2e build tag (the other e2e packages run in `make test`).
-E2E_SUITES := ./jobdriver/ ./deployments/
+E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/
 
 .PHONY: e2e
 e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.
-	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; cd e2e && go test -count=1 -tags e2e -timeout 60m $(E2E_SUITES)
+	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; cd e2e && go test -count=1 -p 1 -tags e2e -timeout 80m $(E2E_SUITES)
 
 .PHONY: bench
 bench: ## Benchmarks against peers on this machine (Plan fire lag vs the CronJob controller, ...); takes minutes.
