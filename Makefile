@@ -66,7 +66,7 @@ test: build ## Unit, envtest and real-server suites of every module (builds test
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
 # The suites behind the e2e build tag (the other e2e packages run in `make test`).
-E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/
+E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./chaos/
 
 .PHONY: e2e
 e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.

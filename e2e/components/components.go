@@ -225,7 +225,7 @@ func (c *Component) Restart() error {
 // failed.
 func StopAndCheck(t testing.TB, c *Component) {
 	c.Stop(10 * time.Second)
-	if strings.Contains(c.Log.String(), "is forbidden") {
+	if strings.Contains(c.Log.String(), "is forbidden: User") {
 		t.Errorf("%s hit an RBAC denial:\n%s", c.Binary, c.Tail())
 	}
 	if t.Failed() {

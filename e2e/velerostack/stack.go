@@ -105,13 +105,23 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 	if err := os.Symlink(filepath.Join(assets, "velero-plugin-for-aws"), filepath.Join(dir, "plugins", "velero-plugin-for-aws")); err != nil {
 		return nil, err
 	}
+	// The AWS plugin reads the shared credentials file, as after a default `velero install`. With a
+	// credential on the storage location instead, Velero rewrites that file each time it opens the
+	// store, and a plugin reading it at that moment finds it empty ("no EC2 IMDS role found").
+	credsFile := filepath.Join(dir, "home", ".aws", "credentials")
+	if err := os.MkdirAll(filepath.Dir(credsFile), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(credsFile, []byte(credentialsINI()), 0o600); err != nil {
+		return nil, err
+	}
 	if s.lock, err = lockHost(ctx, 15*time.Minute); err != nil {
 		return nil, err
 	}
 	metricsPort, _ := cluster.FreePort()
 	profilerPort, _ := cluster.FreePort()
 	s.velero, err = components.StartWithEnv(filepath.Join(assets, "velero"),
-		[]string{"TMPDIR=" + filepath.Join(dir, "tmp"), "HOME=" + filepath.Join(dir, "home"), "PATH=" + os.Getenv("PATH")},
+		[]string{"TMPDIR=" + filepath.Join(dir, "tmp"), "HOME=" + filepath.Join(dir, "home"), "PATH=" + os.Getenv("PATH"), "AWS_SHARED_CREDENTIALS_FILE=" + credsFile},
 		"server", "--kubeconfig="+c.Kubeconfig, "--namespace="+Namespace, "--plugin-dir="+filepath.Join(dir, "plugins"),
 		"--metrics-address=127.0.0.1:"+strconv.Itoa(metricsPort), "--profiler-address=127.0.0.1:"+strconv.Itoa(profilerPort),
 		"--store-validation-frequency=10s", "--log-level=info")
@@ -230,7 +240,7 @@ func installVelero(ctx context.Context, cl client.Client, velero, endpoint strin
 	if err := manifests.Apply(ctx, cl, objs); err != nil {
 		return err
 	}
-	creds := fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", AccessKey, SecretKey)
+	creds := credentialsINI()
 	replicas := int32(0)
 	labels := map[string]string{"component": "velero"}
 	bsl := &unstructured.Unstructured{Object: map[string]any{
@@ -240,7 +250,6 @@ func installVelero(ctx context.Context, cl client.Client, velero, endpoint strin
 			"provider":      "aws",
 			"default":       true,
 			"objectStorage": map[string]any{"bucket": Bucket, "prefix": Prefix},
-			"credential":    map[string]any{"name": "cloud-credentials", "key": "cloud"},
 			"config":        map[string]any{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": "http://" + endpoint},
 		},
 	}}
@@ -288,4 +297,9 @@ func (s *Stack) VeleroLog() string {
 		return ""
 	}
 	return s.velero.Tail()
+}
+
+// credentialsINI is MinIO's root credentials as an AWS shared credentials file.
+func credentialsINI() string {
+	return fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", AccessKey, SecretKey)
 }

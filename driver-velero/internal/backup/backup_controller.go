@@ -51,8 +51,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil && !gone {
 		return reconcile.Result{}, err
 	}
+	// A Backup restored from a backup of its own namespace (into a verification sandbox, or back
+	// into place) is a copy: it carries the finalizer and driverMetadata, but the Velero backup
+	// was made for the original. A copy never deletes or judges the artifact.
+	copied := !gone && vb.Annotations[names.AnnotationRun] != b.Namespace+"/"+b.Name
 	if !b.DeletionTimestamp.IsZero() {
+		if copied {
+			return reconcile.Result{}, r.release(ctx, b)
+		}
 		return r.delete(ctx, b, key, gone)
+	}
+	if copied {
+		return reconcile.Result{}, nil
 	}
 	if b.Status.Phase != backupsv1.BackupReady {
 		return reconcile.Result{}, nil // the BackupJob reconciler is still writing it
@@ -83,10 +93,8 @@ func (r *Reconciler) delete(ctx context.Context, b *backupsv1.Backup, key client
 	dbrKey := client.ObjectKey{Namespace: key.Namespace, Name: names.DeleteRequest(key.Name)}
 	if gone {
 		_ = client.IgnoreNotFound(r.Client.Delete(ctx, &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: dbrKey.Name, Namespace: dbrKey.Namespace}}))
-		orig := b.DeepCopy()
-		controllerutil.RemoveFinalizer(b, names.Finalizer)
-		if err := r.Client.Patch(ctx, b, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("releasing Backup %s: %w", b.Name, err)
+		if err := r.release(ctx, b); err != nil {
+			return reconcile.Result{}, err
 		}
 		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "ArtifactDeleted", "Delete", "Velero backup %s and its data are deleted", key)
 		return reconcile.Result{}, nil
@@ -118,6 +126,19 @@ func (r *Reconciler) delete(ctx context.Context, b *backupsv1.Backup, key client
 
 // SetupWithManager registers the reconciler: Backups, and the Velero Backups and
 // DeleteBackupRequests behind them.
+// release removes the driver's finalizer.
+func (r *Reconciler) release(ctx context.Context, b *backupsv1.Backup) error {
+	if !controllerutil.ContainsFinalizer(b, names.Finalizer) {
+		return nil
+	}
+	orig := b.DeepCopy()
+	controllerutil.RemoveFinalizer(b, names.Finalizer)
+	if err := r.Client.Patch(ctx, b, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("releasing Backup %s: %w", b.Name, err)
+	}
+	return nil
+}
+
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// A Coffer Backup has its BackupJob's namespace and name, which its Velero objects name.
 	toBackup := handler.EnqueueRequestsFromMapFunc(names.RunOf)

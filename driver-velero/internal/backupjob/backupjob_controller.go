@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,6 +170,7 @@ func (r *Reconciler) ensureVeleroBackup(ctx context.Context, s *scope, strat *ve
 	if spec.StorageLocation == "" {
 		spec.StorageLocation = s.resolved.Parameters[names.ParamStorageLocation]
 	}
+	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
 	vb = &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: ns, Labels: names.JobLabels(s.job),
 		Annotations: map[string]string{names.AnnotationRun: s.job.Namespace + "/" + s.job.Name}}, Spec: spec}
 	if err := r.Client.Create(ctx, vb); err != nil {
@@ -381,4 +383,13 @@ func reasonSuffix(s string) string {
 		return ""
 	}
 	return " (" + s + ")"
+}
+
+func appendMissing(list []string, items ...string) []string {
+	for _, it := range items {
+		if !slices.Contains(list, it) {
+			list = append(list, it)
+		}
+	}
+	return list
 }

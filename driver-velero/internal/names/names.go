@@ -25,6 +25,15 @@ const (
 // ParamStorageLocation is the BackupClass parameter naming the Velero BackupStorageLocation.
 const ParamStorageLocation = "backupStorageLocationName"
 
+// ExcludedResources are never put in a Velero backup, whatever the template says: Coffer's own run
+// records and Plans. Restored into a sandbox or another namespace they would run again (a BackupJob
+// without status is a new run; a Plan fires) or, as copies of Backups, act on the originals'
+// artifacts.
+var ExcludedResources = []string{
+	"plans.backups.cozystack.io", "backupjobs.backups.cozystack.io",
+	"backups.backups.cozystack.io", "restorejobs.backups.cozystack.io",
+}
+
 // object names a Velero object after a run: namespace, name and the start of the UID, bounded.
 func object(ns, name string, uid types.UID) string {
 	u := string(uid)

@@ -16,9 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/backup"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
 	"github.com/coffer-backup/coffer/e2e/velerostack"
 )
@@ -286,6 +289,28 @@ func TestAdoptionAfterCrash(t *testing.T) {
 	list := &velerov1.BackupList{}
 	require.NoError(t, cl.List(ctx, list, client.InNamespace(velerostack.Namespace), client.MatchingLabels{backupsv1.LabelBackupJobUID: string(job.UID)}))
 	assert.Len(t, list.Items, 1, "exactly one Velero Backup for the run")
+	assert.Subset(t, list.Items[0].Spec.ExcludedResources, []string{"backups.backups.cozystack.io", "backupjobs.backups.cozystack.io"},
+		"Coffer's run records are never in a Velero backup")
+
+	// A copy of the Backup (as a restore of its namespace into a sandbox would make one: finalizer
+	// and driverMetadata kept) never deletes the original's artifact when it is deleted.
+	orig := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.Name}, orig))
+	sandbox := ns + "-bvsandbox"
+	require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sandbox}}))
+	cp := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: orig.Name, Namespace: sandbox, Finalizers: orig.Finalizers}, Spec: orig.Spec}
+	require.NoError(t, cl.Create(ctx, cp))
+	require.NoError(t, cl.Delete(ctx, cp))
+	br := &backup.Reconciler{Client: cl, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(10)}
+	_, err = br.Reconcile(ctx, requestFor(cp))
+	require.NoError(t, err)
+	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKeyFromObject(cp), cp)), "the copy is released")
+	dbrs := &velerov1.DeleteBackupRequestList{}
+	require.NoError(t, cl.List(ctx, dbrs, client.InNamespace(velerostack.Namespace)))
+	for _, d := range dbrs.Items {
+		assert.NotEqual(t, list.Items[0].Name, d.Spec.BackupName, "the copy asked Velero to delete the original's backup")
+	}
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(&list.Items[0]), &velerov1.Backup{}), "the original's Velero backup is still there")
 }
 
 // TestArtifactExpiredOutsideCoffer removes the Velero backup the way its TTL does (a

@@ -1,0 +1,811 @@
+//go:build e2e
+
+// Package chaos is the kill -9 suite: on the golden stack (package golden) it keeps creating
+// BackupJobs, RestoreJobs and BackupVerifyRuns while a Plan fires every minute, and SIGKILLs a
+// random component after a random delay, again and again. Then it waits for every run to end and
+// checks that no crash produced a duplicate, lost a run or left anything behind: one BackupJob per
+// tick (CORE-2, CORE-6), one Backup and one Velero backup per BackupJob (BJ-8), one
+// BackupVerifyResult and one terminal SecurityEvent per BackupVerifyRun, no run stuck, no sandbox
+// left, every component alive and never denied by RBAC.
+//
+// The schedule of kills is a function of the seed: COFFER_CHAOS_SEED reproduces it (the test logs
+// the seed it used), COFFER_CHAOS_ITERATIONS sets the number of kills (default 20). It is part of
+// `make e2e`, not `make test`.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/components"
+	"github.com/coffer-backup/coffer/e2e/golden"
+	"github.com/coffer-backup/coffer/e2e/velerostack"
+)
+
+const (
+	appNamespace = "shop"
+	appName      = "shop"
+	planName     = "shop-minutely"
+	className    = "chaos"
+	strategyName = "chaos-shop-namespace"
+	// verifyNamespace is where the verifier's runs, results and Lease live.
+	verifyNamespace = "ugallu-system"
+
+	defaultIterations = 20
+	// runsTimeout bounds the wait for every run to end after the last kill.
+	runsTimeout = 8 * time.Minute
+	// leaderTimeout bounds the wait for a restarted component to take its Lease over.
+	leaderTimeout = 90 * time.Second
+)
+
+// victims are the components the suite kills, in a fixed order (the seed picks among them). Each
+// maps to its leader-election Lease (the ID in its cmd/…/main.go).
+var victims = []string{"core-controller", "driver-job", "driver-velero", "verifier"}
+
+var leaseName = map[string]string{
+	"core-controller": "core-controller.backups.cozystack.io",
+	"driver-job":      "driver-job.backups.cozystack.io",
+	"driver-velero":   "driver-velero.backups.cozystack.io",
+	"verifier":        "backup-verify.security.ugallu.io",
+}
+
+// terminalEventTypes are the SecurityEvent types a run emits at its end (exactly one per run).
+var terminalEventTypes = map[string]bool{
+	securityv1.EventBackupVerifyCompleted: true,
+	securityv1.EventBackupVerifyFailed:    true,
+	securityv1.EventBackupVerifyMismatch:  true,
+}
+
+func TestChaos(t *testing.T) {
+	began := time.Now()
+	ctrllog.SetLogger(ctrllog.Log.WithSink(ctrllog.NullLogSink{})) // envtest's progress lines
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("COFFER_CHAOS_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "COFFER_CHAOS_SEED")
+	}
+	iterations := defaultIterations
+	if v := os.Getenv("COFFER_CHAOS_ITERATIONS"); v != "" {
+		var err error
+		iterations, err = strconv.Atoi(v)
+		require.NoError(t, err, "COFFER_CHAOS_ITERATIONS")
+	}
+	t.Logf("chaos seed %d, %d iterations (reproduce with COFFER_CHAOS_SEED=%d)", seed, iterations, seed)
+	rng := rand.New(rand.NewPCG(seed, 0x636f66666572)) // "coffer"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 36*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	snapshots := filepath.Join(dir, "etcd-snapshots")
+	require.NoError(t, os.MkdirAll(snapshots, 0o700))
+	specs := golden.Default(snapshots)
+	for i := range specs {
+		if specs[i].Binary == "core-controller" {
+			specs[i].Args = []string{"--driver-claim-timeout=1m"}
+		}
+	}
+	s, err := golden.Start(ctx, golden.Options{Dir: dir, Components: specs, Say: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(s.Stop)
+	for _, c := range s.Components {
+		t.Cleanup(func() { components.StopAndCheck(t, c) })
+	}
+	// Runs before StopAndCheck, which fails on a denial but shows only the log's tail.
+	t.Cleanup(func() { logDenials(t, s) })
+	shareVeleroCredentials(ctx, t, s)
+	ch := &chaos{t: t, ctx: ctx, s: s, c: s.Client, kills: map[string]int{}}
+
+	ch.createApplication()
+	t.Log("Backing up once before the first kill, so there is a Backup to verify and restore")
+	ch.backupJob("chaos-seed")
+	ch.waitFor("the first BackupJob", 4*time.Minute, func() (bool, error) {
+		j := &backupsv1.BackupJob{}
+		if err := ch.c.Get(ctx, client.ObjectKey{Namespace: appNamespace, Name: "chaos-seed"}, j); err != nil {
+			return false, err
+		}
+		if j.Status.Phase == backupsv1.BackupJobFailed {
+			return false, fmt.Errorf("BackupJob chaos-seed failed before any kill: %s", j.Status.Message)
+		}
+		return j.Status.Phase == backupsv1.BackupJobSucceeded, nil
+	})
+
+	for i := range iterations {
+		// Every random number of the iteration is drawn first, in a fixed order, so the schedule
+		// of kills depends on the seed alone and not on what the cluster happens to hold.
+		killAfter := time.Duration(rng.Int64N(3001)) * time.Millisecond
+		victim := victims[rng.IntN(len(victims))]
+		restartAfter := time.Duration(rng.Int64N(2001)) * time.Millisecond
+		pickVerify, pickFull, pickRestore := rng.Uint64(), rng.Uint64(), rng.Uint64()
+
+		work := ch.createWork(i, pickVerify, pickFull, pickRestore)
+		time.Sleep(killAfter)
+		holder := ch.leaseHolder(victim)
+		comp := s.Components[victim]
+		comp.Kill()
+		ch.kills[victim]++
+		time.Sleep(restartAfter)
+		require.NoError(t, comp.Restart(), "restarting %s", victim)
+		took := ch.waitLeader(victim, holder)
+		t.Logf("iteration %2d: %s; SIGKILL %s after %s, restarted after %s, leader again after %s",
+			i+1, strings.Join(work, ", "), victim, killAfter, restartAfter, took.Round(100*time.Millisecond))
+	}
+	ch.iterations = iterations
+
+	t.Logf("Suspending Plan %s so that its set of BackupJobs stops growing", planName)
+	p := &backupsv1.Plan{}
+	require.NoError(t, ch.c.Get(ctx, client.ObjectKey{Namespace: appNamespace, Name: planName}, p))
+	orig := p.DeepCopy()
+	p.Spec.Suspend = ptr.To(true)
+	require.NoError(t, ch.c.Patch(ctx, p, client.MergeFrom(orig)))
+
+	ch.waitTerminal()
+	ch.waitSandboxesGone()
+	ch.checkComponentsAlive()
+
+	ch.checkTicks()
+	ch.checkBackups()
+	ch.checkVeleroBackups()
+	ch.checkRestores()
+	ch.checkVerifyRuns()
+	ch.summary(time.Since(began))
+}
+
+// shareVeleroCredentials gives the stack's Velero server its object-store credentials through the
+// AWS SDK's shared credentials file ($HOME/.aws/credentials; the stack sets HOME for Velero), as
+// `velero install` does by default, and drops the BackupStorageLocation's credential. With a
+// credential on the location, Velero rewrites the credentials file (truncate, then write) every
+// time it opens the backup store, and an AWS plugin reading it meanwhile finds it empty and fails
+// the operation with "no EC2 IMDS role found" (vmware-tanzu/velero#8524). This suite's load, every
+// component downloading and restoring at once, makes that race frequent; it is Velero's, not
+// Coffer's.
+func shareVeleroCredentials(ctx context.Context, t *testing.T, s *golden.Stack) {
+	home := filepath.Join(s.Cluster.Dir, "velero-stack", "home")
+	require.DirExists(t, home, "the Velero server's HOME")
+	require.NoError(t, os.MkdirAll(filepath.Join(home, ".aws"), 0o700))
+	creds := fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", velerostack.AccessKey, velerostack.SecretKey)
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(creds), 0o600))
+	bsl := &unstructured.Unstructured{}
+	bsl.SetAPIVersion("velero.io/v1")
+	bsl.SetKind("BackupStorageLocation")
+	bsl.SetNamespace(velerostack.Namespace)
+	bsl.SetName(velerostack.BSLName)
+	patched := time.Now().Truncate(time.Second)
+	require.NoError(t, s.Client.Patch(ctx, bsl, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"credential":null}}`))))
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(bsl), bsl); err != nil {
+			return false, err
+		}
+		phase, _, _ := unstructured.NestedString(bsl.Object, "status", "phase")
+		validated, _, _ := unstructured.NestedString(bsl.Object, "status", "lastValidationTime")
+		at, err := time.Parse(time.RFC3339, validated)
+		return err == nil && at.After(patched) && phase == "Available", nil
+	})
+	require.NoError(t, err, "the BackupStorageLocation did not validate with the shared credentials file:\n%s", tail(s.Velero.VeleroLog()))
+}
+
+// chaos is the suite's state: the stack, what it created and what it found.
+type chaos struct {
+	t   *testing.T
+	ctx context.Context
+	s   *golden.Stack
+	c   client.Client
+
+	iterations int
+	kills      map[string]int
+	// Filled by the checks, for the summary.
+	scheduled, adHoc, backups, veleroBackups, restores int
+	checksumRuns, fullRuns, results, terminalEvents    int
+	skippedTicks                                       int64
+	missingTicks, duplicates, failedRuns               int
+}
+
+func (ch *chaos) waitFor(what string, timeout time.Duration, cond func() (bool, error)) {
+	ch.t.Helper()
+	err := wait.PollUntilContextTimeout(ch.ctx, 500*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
+	if err != nil {
+		ch.t.Fatalf("waiting for %s: %v\n%s", what, err, ch.s.Logs())
+	}
+}
+
+// createApplication creates the Shop with a ConfigMap, the strategy and class the golden lifecycle
+// uses, and a Plan that fires every minute for the whole suite: a generous starting deadline,
+// concurrency allowed (slow runs never forbid a tick), no retention and history limits high enough
+// that nothing the suite counts is ever deleted. The strategy backs up the whole namespace, as
+// deploy/samples does, so each backup also holds the Plan, BackupJobs, Backups and RestoreJobs that
+// live there, and full-restore verifications restore those into their sandboxes.
+func (ch *chaos) createApplication() {
+	t := ch.t
+	shop := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps.cozystack.io/v1alpha1", "kind": "Shop",
+		"metadata": map[string]any{"name": appName, "namespace": appNamespace}, "spec": map[string]any{"size": "small"}}}
+	labels := map[string]string{"app.kubernetes.io/instance": appName, "apps.cozystack.io/application.kind": "Shop"}
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appNamespace}},
+		shop,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "catalog", Namespace: appNamespace, Labels: labels},
+			Data: map[string]string{"items": "tea,coffee,cocoa", "currency": "EUR"}},
+		&veleroapi.VeleroBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: strategyName}, Spec: veleroapi.VeleroBackupStrategySpec{
+			BackupTemplate: veleroapi.VeleroTemplate{Spec: runtime.RawExtension{Raw: []byte(`{"includedNamespaces": ["{{ .Application.metadata.namespace }}"], "snapshotVolumes": false}`)}},
+		}},
+		&backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: className}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
+			Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: strategyName},
+			Parameters:  map[string]string{"backupStorageLocationName": velerostack.BSLName},
+		}}}},
+		&backupsv1.Plan{ObjectMeta: metav1.ObjectMeta{Name: planName, Namespace: appNamespace}, Spec: backupsv1.PlanSpec{
+			ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: appName}, BackupClassName: className,
+			Schedule:                   backupsv1.PlanSchedule{Cron: "* * * * *"},
+			StartingDeadlineSeconds:    ptr.To[int64](300),
+			ConcurrencyPolicy:          backupsv1.ConcurrencyAllow,
+			SuccessfulJobsHistoryLimit: ptr.To[int32](1000),
+			FailedJobsHistoryLimit:     ptr.To[int32](1000),
+		}},
+	}
+	t.Logf("Creating Shop %s/%s with ConfigMap catalog, VeleroBackupStrategy %s, BackupClass %s and Plan %s (cron \"* * * * *\", Allow, no retention)",
+		appNamespace, appName, strategyName, className, planName)
+	for _, o := range objs {
+		require.NoError(t, ch.c.Create(ch.ctx, o), "creating %T %s", o, o.GetName())
+	}
+}
+
+func (ch *chaos) backupJob(name string) {
+	j := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: appNamespace},
+		Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: appName}, BackupClassName: className}}
+	require.NoError(ch.t, ch.c.Create(ch.ctx, j), "creating BackupJob %s", name)
+}
+
+// readyBackups are the application's Ready Backups, oldest first.
+func (ch *chaos) readyBackups() []backupsv1.Backup {
+	list := &backupsv1.BackupList{}
+	require.NoError(ch.t, ch.c.List(ch.ctx, list, client.InNamespace(appNamespace)))
+	var out []backupsv1.Backup
+	for _, b := range list.Items {
+		if b.Status.Phase == backupsv1.BackupReady && b.Spec.DriverMetadata["veleroBackupName"] != "" {
+			out = append(out, b)
+		}
+	}
+	sort.Slice(out, func(i, k int) bool {
+		if !out[i].Spec.TakenAt.Equal(&out[k].Spec.TakenAt) {
+			return out[i].Spec.TakenAt.Before(&out[k].Spec.TakenAt)
+		}
+		return out[i].Name < out[k].Name
+	})
+	return out
+}
+
+// createWork creates one iteration's runs: an ad-hoc BackupJob and a checksum-only verification
+// every time, a full-restore verification into a fresh sandbox every third iteration (from the
+// second), and a RestoreJob of an earlier Backup every third iteration (from the third).
+func (ch *chaos) createWork(i int, pickVerify, pickFull, pickRestore uint64) []string {
+	t := ch.t
+	name := fmt.Sprintf("chaos-%02d", i+1)
+	ch.backupJob(name)
+	work := []string{"BackupJob " + name}
+	ready := ch.readyBackups()
+	require.NotEmpty(t, ready, "no Ready Backup to verify")
+	verify := func(mode securityv1.Mode, pick uint64, suffix string) {
+		b := ready[pick%uint64(len(ready))]
+		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + suffix, Namespace: verifyNamespace},
+			Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero, Mode: mode,
+				BackupRef: securityv1.BackupRef{Name: b.Spec.DriverMetadata["veleroBackupName"], Namespace: velerostack.Namespace}}}
+		if mode == securityv1.ModeFullRestore {
+			run.Spec.SandboxNamespace = name + securityv1.SandboxSuffix
+		}
+		require.NoError(t, ch.c.Create(ch.ctx, run), "creating BackupVerifyRun %s", run.Name)
+		work = append(work, fmt.Sprintf("%s %s of %s", mode, run.Name, b.Name))
+	}
+	verify(securityv1.ModeChecksumOnly, pickVerify, "checksum")
+	if i%3 == 1 {
+		verify(securityv1.ModeFullRestore, pickFull, "full")
+	}
+	if i%3 == 2 {
+		b := ready[pickRestore%uint64(len(ready))]
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name + "-restore", Namespace: appNamespace},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}}}
+		require.NoError(t, ch.c.Create(ch.ctx, rj), "creating RestoreJob %s", rj.Name)
+		work = append(work, fmt.Sprintf("RestoreJob %s of %s", rj.Name, b.Name))
+	}
+	return work
+}
+
+func (ch *chaos) leaseHolder(component string) string {
+	l := &coordinationv1.Lease{}
+	err := ch.c.Get(ch.ctx, client.ObjectKey{Namespace: ch.s.Components[component].Namespace, Name: leaseName[component]}, l)
+	if err != nil {
+		require.True(ch.t, apierrors.IsNotFound(err), "reading the Lease of %s: %v", component, err)
+		return ""
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, "")
+}
+
+// waitLeader waits until the restarted component holds its Lease (under a new identity: the killed
+// process never released it, so this takes about a lease duration), so that every kill hits a
+// component that is at work. It fails the test if the component exits meanwhile.
+func (ch *chaos) waitLeader(component, old string) time.Duration {
+	start := time.Now()
+	comp := ch.s.Components[component]
+	err := wait.PollUntilContextTimeout(ch.ctx, 250*time.Millisecond, leaderTimeout, true, func(context.Context) (bool, error) {
+		if comp.Exited() {
+			return false, fmt.Errorf("%s exited after its restart", component)
+		}
+		h := ch.leaseHolder(component)
+		return h != "" && h != old, nil
+	})
+	if err != nil {
+		ch.t.Fatalf("waiting for %s to lead again: %v\n%s", component, err, comp.Tail())
+	}
+	return time.Since(start)
+}
+
+// waitTerminal waits for every BackupJob, RestoreJob and BackupVerifyRun to end; on timeout it
+// lists the ones still going and the components' logs.
+func (ch *chaos) waitTerminal() {
+	t := ch.t
+	t.Logf("Waiting up to %s for every BackupJob, RestoreJob and BackupVerifyRun to end", runsTimeout)
+	var stuck []string
+	err := wait.PollUntilContextTimeout(ch.ctx, 2*time.Second, runsTimeout, true, func(ctx context.Context) (bool, error) {
+		stuck = stuck[:0]
+		jobs := &backupsv1.BackupJobList{}
+		if err := ch.c.List(ctx, jobs, client.InNamespace(appNamespace)); err != nil {
+			return false, err
+		}
+		for _, j := range jobs.Items {
+			if !j.IsTerminal() {
+				stuck = append(stuck, fmt.Sprintf("BackupJob %s: phase %q, conditions %s, message %q", j.Name, j.Status.Phase, conds(j.Status.Conditions), j.Status.Message))
+			}
+		}
+		rjs := &backupsv1.RestoreJobList{}
+		if err := ch.c.List(ctx, rjs, client.InNamespace(appNamespace)); err != nil {
+			return false, err
+		}
+		for _, r := range rjs.Items {
+			if !r.IsTerminal() {
+				stuck = append(stuck, fmt.Sprintf("RestoreJob %s: phase %q, conditions %s, message %q", r.Name, r.Status.Phase, conds(r.Status.Conditions), r.Status.Message))
+			}
+		}
+		runs := &securityv1.BackupVerifyRunList{}
+		if err := ch.c.List(ctx, runs, client.InNamespace(verifyNamespace)); err != nil {
+			return false, err
+		}
+		for _, r := range runs.Items {
+			if !r.Status.Phase.IsTerminal() {
+				stuck = append(stuck, fmt.Sprintf("BackupVerifyRun %s (%s): phase %q, conditions %s, message %q", r.Name, r.Spec.Mode, r.Status.Phase, conds(r.Status.Conditions), r.Status.Message))
+			}
+		}
+		return len(stuck) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("runs still not terminal after %s (%v):\n  %s\n%s--- velero (tail) ---\n%s", runsTimeout, err,
+			strings.Join(stuck, "\n  "), ch.s.Logs(), tail(ch.s.Velero.VeleroLog()))
+	}
+}
+
+// waitSandboxesGone waits for the verifier's sandbox namespaces to be deleted.
+func (ch *chaos) waitSandboxesGone() {
+	var left []string
+	err := wait.PollUntilContextTimeout(ch.ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		left = left[:0]
+		nss := &corev1.NamespaceList{}
+		if err := ch.c.List(ctx, nss); err != nil {
+			return false, err
+		}
+		for _, ns := range nss.Items {
+			if strings.HasSuffix(ns.Name, securityv1.SandboxSuffix) {
+				left = append(left, fmt.Sprintf("%s (%s, run-uid %s, conditions %v)", ns.Name, ns.Status.Phase, ns.Labels[securityv1.LabelRunUID], ns.Status.Conditions))
+			}
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		ch.t.Errorf("sandbox namespaces still exist (%v):\n  %s", err, strings.Join(left, "\n  "))
+	}
+}
+
+func (ch *chaos) checkComponentsAlive() {
+	for _, name := range victims {
+		if c := ch.s.Components[name]; c.Exited() {
+			ch.t.Errorf("%s is not running at the end:\n%s", name, c.Tail())
+		}
+	}
+}
+
+// checkTicks: the Plan's BackupJobs, grouped by tick, number at most one per tick, each named
+// PlanBackupJobName(plan, tick) and controlled by the Plan; every tick from the Plan's creation to
+// its newest BackupJob either has its BackupJob or is counted in status.skippedTicks.
+func (ch *chaos) checkTicks() {
+	t := ch.t
+	p := &backupsv1.Plan{}
+	require.NoError(t, ch.c.Get(ch.ctx, client.ObjectKey{Namespace: appNamespace, Name: planName}, p))
+	jobs := &backupsv1.BackupJobList{}
+	require.NoError(t, ch.c.List(ch.ctx, jobs, client.InNamespace(appNamespace), client.MatchingLabels{backupsv1.LabelPlan: backupsv1.PlanLabelValue(planName)}))
+	byTick := map[int64][]string{} // unix seconds of the tick → BackupJobs
+	var newest time.Time
+	for _, j := range jobs.Items {
+		tick, err := time.Parse(time.RFC3339, j.Annotations[backupsv1.AnnotationScheduledTime])
+		if err != nil {
+			t.Errorf("BackupJob %s of the Plan has no valid %s annotation: %v", j.Name, backupsv1.AnnotationScheduledTime, err)
+			continue
+		}
+		byTick[tick.Unix()] = append(byTick[tick.Unix()], j.Name)
+		if tick.After(newest) {
+			newest = tick
+		}
+		if want := backupsv1.PlanBackupJobName(planName, tick); j.Name != want {
+			t.Errorf("BackupJob %s has the tick %s, whose name is %s", j.Name, tick.Format(time.RFC3339), want)
+		}
+		if !metav1.IsControlledBy(&j, p) {
+			t.Errorf("BackupJob %s carries the Plan's label but is not controlled by the Plan", j.Name)
+		}
+		if tick.Second() != 0 || tick.Nanosecond() != 0 {
+			t.Errorf("BackupJob %s has the tick %s, which is not a minute of \"* * * * *\"", j.Name, tick.Format(time.RFC3339))
+		}
+	}
+	for tick, names := range byTick {
+		if len(names) > 1 {
+			ch.duplicates += len(names) - 1
+			t.Errorf("CORE-2: the tick %s has %d BackupJobs: %v", time.Unix(tick, 0).UTC().Format(time.RFC3339), len(names), names)
+		}
+	}
+	ch.scheduled = len(jobs.Items)
+	ch.skippedTicks = p.Status.SkippedTicks
+	var missing []string
+	for tick := p.CreationTimestamp.Truncate(time.Minute).Add(time.Minute); !tick.After(newest); tick = tick.Add(time.Minute) {
+		if len(byTick[tick.Unix()]) == 0 {
+			missing = append(missing, tick.UTC().Format("15:04"))
+		}
+	}
+	ch.missingTicks = len(missing)
+	if len(missing) > 0 {
+		t.Logf("Ticks without a BackupJob: %v; Plan status: skippedTicks %d, lastSkippedTime %v, TickSkipped %s",
+			missing, p.Status.SkippedTicks, p.Status.LastSkippedTime, conds(p.Status.Conditions))
+	}
+	if int64(len(missing)) > p.Status.SkippedTicks {
+		t.Errorf("CORE-6: %d tick(s) between the Plan's creation and its newest BackupJob have no BackupJob (%v), but only %d are counted as skipped",
+			len(missing), missing, p.Status.SkippedTicks)
+	}
+	if newest.IsZero() {
+		t.Errorf("the Plan never fired")
+	}
+}
+
+// checkBackups: exactly one Backup per Succeeded BackupJob (same name, its UID label), none for a
+// Failed one, none without a Succeeded BackupJob; every Backup Ready with its artifact available.
+func (ch *chaos) checkBackups() {
+	t := ch.t
+	jobs := &backupsv1.BackupJobList{}
+	require.NoError(t, ch.c.List(ch.ctx, jobs, client.InNamespace(appNamespace)))
+	backups := &backupsv1.BackupList{}
+	require.NoError(t, ch.c.List(ch.ctx, backups, client.InNamespace(appNamespace)))
+	ch.backups = len(backups.Items)
+	ch.adHoc = len(jobs.Items) - ch.scheduled
+	byUID := map[string][]backupsv1.Backup{}
+	for _, b := range backups.Items {
+		byUID[b.Labels[backupsv1.LabelBackupJobUID]] = append(byUID[b.Labels[backupsv1.LabelBackupJobUID]], b)
+	}
+	jobUIDs := map[string]backupsv1.BackupJob{}
+	for _, j := range jobs.Items {
+		jobUIDs[string(j.UID)] = j
+		got := byUID[string(j.UID)]
+		switch j.Status.Phase {
+		case backupsv1.BackupJobSucceeded:
+			if len(got) != 1 {
+				if len(got) > 1 {
+					ch.duplicates += len(got) - 1
+				}
+				t.Errorf("BJ-8: Succeeded BackupJob %s has %d Backups (want 1): %v", j.Name, len(got), backupNames(got))
+				continue
+			}
+			b := got[0]
+			if b.Name != j.Name {
+				t.Errorf("BK-1: the Backup of BackupJob %s is named %s", j.Name, b.Name)
+			}
+			if j.Status.BackupRef == nil || j.Status.BackupRef.Name != b.Name {
+				t.Errorf("BJ-4: BackupJob %s has backupRef %v, its Backup is %s", j.Name, j.Status.BackupRef, b.Name)
+			}
+		case backupsv1.BackupJobFailed:
+			ch.failedRuns++
+			t.Errorf("BackupJob %s Failed: %s (conditions %s)", j.Name, j.Status.Message, conds(j.Status.Conditions))
+			if len(got) > 0 {
+				t.Errorf("Failed BackupJob %s has Backups %v", j.Name, backupNames(got))
+			}
+		}
+	}
+	for _, b := range backups.Items {
+		j, ok := jobUIDs[b.Labels[backupsv1.LabelBackupJobUID]]
+		if !ok || j.Status.Phase != backupsv1.BackupJobSucceeded {
+			t.Errorf("Backup %s (backupjob-uid %q) has no Succeeded BackupJob", b.Name, b.Labels[backupsv1.LabelBackupJobUID])
+		}
+		if b.Status.Phase != backupsv1.BackupReady || b.Status.Artifact == nil || !strings.HasPrefix(b.Status.Artifact.Checksum, "sha256:") {
+			t.Errorf("BK-3: Backup %s is %q with artifact %+v", b.Name, b.Status.Phase, b.Status.Artifact)
+		}
+		if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable); c != nil && c.Status != metav1.ConditionTrue {
+			t.Errorf("the artifact of Backup %s is gone: %s: %s", b.Name, c.Reason, c.Message)
+		}
+		if !b.DeletionTimestamp.IsZero() {
+			t.Errorf("Backup %s is being deleted, though nothing in this suite deletes a Backup", b.Name)
+		}
+	}
+}
+
+func veleroList(kind string) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetAPIVersion("velero.io/v1")
+	l.SetKind(kind + "List")
+	return l
+}
+
+// checkVeleroBackups: exactly one velero.io Backup per BackupJob, named from the job's namespace,
+// name and UID, labelled back to it and Completed; none left behind for a BackupJob that no longer
+// exists; no DeleteBackupRequest for the Velero backup of a live Backup.
+func (ch *chaos) checkVeleroBackups() {
+	t := ch.t
+	jobs := &backupsv1.BackupJobList{}
+	require.NoError(t, ch.c.List(ch.ctx, jobs))
+	live := map[string]backupsv1.BackupJob{}
+	for _, j := range jobs.Items {
+		live[string(j.UID)] = j
+	}
+	vbs := veleroList("Backup")
+	require.NoError(t, ch.c.List(ch.ctx, vbs, client.InNamespace(velerostack.Namespace)))
+	byUID := map[string][]unstructured.Unstructured{}
+	var orphans []string
+	for _, vb := range vbs.Items {
+		uid := vb.GetLabels()[backupsv1.LabelBackupJobUID]
+		byUID[uid] = append(byUID[uid], vb)
+		if _, ok := live[uid]; !ok {
+			phase, _, _ := unstructured.NestedString(vb.Object, "status", "phase")
+			orphans = append(orphans, fmt.Sprintf("%s (%s, for BackupJob %s/%s uid %q)", vb.GetName(), phase,
+				vb.GetLabels()[backupsv1.LabelBackupJobNamespace], vb.GetLabels()[backupsv1.LabelBackupJob], uid))
+		}
+	}
+	for _, j := range jobs.Items {
+		if j.Namespace != appNamespace {
+			continue
+		}
+		got := byUID[string(j.UID)]
+		ch.veleroBackups += len(got)
+		if len(got) != 1 {
+			if len(got) > 1 {
+				ch.duplicates += len(got) - 1
+			}
+			if j.Status.Phase == backupsv1.BackupJobSucceeded || len(got) > 1 {
+				t.Errorf("BJ-8: BackupJob %s (%s) has %d Velero backups (want 1): %v", j.Name, j.Status.Phase, len(got), unstructuredNames(got))
+			}
+			continue
+		}
+		vb := got[0]
+		want := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, j.Namespace, j.Name, string(j.UID)[:8])
+		if vb.GetName() != want {
+			t.Errorf("GEN-5: the Velero backup of BackupJob %s is %s, want %s", j.Name, vb.GetName(), want)
+		}
+		phase, _, _ := unstructured.NestedString(vb.Object, "status", "phase")
+		if j.Status.Phase == backupsv1.BackupJobSucceeded && phase != "Completed" && phase != "PartiallyFailed" {
+			t.Errorf("the Velero backup %s of Succeeded BackupJob %s is %q", vb.GetName(), j.Name, phase)
+		}
+	}
+	if len(orphans) > 0 {
+		t.Errorf("%d Velero backup(s) belong to no existing BackupJob (leaked artifacts):\n  %s", len(orphans), strings.Join(orphans, "\n  "))
+	}
+	// A DeleteBackupRequest for the Velero backup of one of the application's Backups means an
+	// artifact the user still lists was deleted: nothing in this suite deletes a Backup.
+	ours := map[string]string{}
+	backups := &backupsv1.BackupList{}
+	require.NoError(t, ch.c.List(ch.ctx, backups, client.InNamespace(appNamespace)))
+	for _, b := range backups.Items {
+		ours[b.Spec.DriverMetadata["veleroBackupName"]] = b.Name
+	}
+	dbrs := veleroList("DeleteBackupRequest")
+	require.NoError(t, ch.c.List(ch.ctx, dbrs, client.InNamespace(velerostack.Namespace)))
+	for _, d := range dbrs.Items {
+		name, _, _ := unstructured.NestedString(d.Object, "spec", "backupName")
+		if b, ok := ours[name]; ok {
+			t.Errorf("DeleteBackupRequest %s (annotations %v) deleted Velero backup %s of the live Backup %s/%s",
+				d.GetName(), d.GetAnnotations(), name, appNamespace, b)
+		} else {
+			t.Logf("DeleteBackupRequest %s for Velero backup %s (annotations %v)", d.GetName(), name, d.GetAnnotations())
+		}
+	}
+}
+
+func (ch *chaos) checkRestores() {
+	rjs := &backupsv1.RestoreJobList{}
+	require.NoError(ch.t, ch.c.List(ch.ctx, rjs, client.InNamespace(appNamespace)))
+	ch.restores = len(rjs.Items)
+	for _, r := range rjs.Items {
+		if r.Status.Phase == backupsv1.RestoreJobFailed {
+			ch.failedRuns++
+			ch.t.Errorf("RestoreJob %s of Backup %s Failed: %s (conditions %s)", r.Name, r.Spec.BackupRef.Name, r.Status.Message, conds(r.Status.Conditions))
+		}
+	}
+}
+
+// checkVerifyRuns: exactly one BackupVerifyResult (named after the run, labelled with it, pointing
+// at its UID) and exactly one terminal SecurityEvent, of the type the result calls for, per run.
+func (ch *chaos) checkVerifyRuns() {
+	t := ch.t
+	runs := &securityv1.BackupVerifyRunList{}
+	require.NoError(t, ch.c.List(ch.ctx, runs, client.InNamespace(verifyNamespace)))
+	results := &securityv1.BackupVerifyResultList{}
+	require.NoError(t, ch.c.List(ch.ctx, results, client.InNamespace(verifyNamespace)))
+	events := &securityv1.SecurityEventList{}
+	require.NoError(t, ch.c.List(ch.ctx, events))
+	resByUID := map[string][]securityv1.BackupVerifyResult{}
+	for _, r := range results.Items {
+		resByUID[string(r.Spec.RunRef.UID)] = append(resByUID[string(r.Spec.RunRef.UID)], r)
+	}
+	evByUID := map[string][]securityv1.SecurityEvent{}
+	for _, e := range events.Items {
+		evByUID[e.Labels[securityv1.LabelRunUID]] = append(evByUID[e.Labels[securityv1.LabelRunUID]], e)
+	}
+	runUIDs := map[string]bool{}
+	ch.results = len(results.Items)
+	for _, run := range runs.Items {
+		runUIDs[string(run.UID)] = true
+		if run.Spec.Mode == securityv1.ModeFullRestore {
+			ch.fullRuns++
+		} else {
+			ch.checksumRuns++
+		}
+		res := resByUID[string(run.UID)]
+		var terminal, started []string
+		for _, e := range evByUID[string(run.UID)] {
+			switch {
+			case terminalEventTypes[e.Spec.Type]:
+				terminal = append(terminal, e.Spec.Type)
+			case e.Spec.Type == securityv1.EventBackupVerifyStarted:
+				started = append(started, e.Name)
+			}
+		}
+		ch.terminalEvents += len(terminal)
+		if len(res) > 1 {
+			ch.duplicates += len(res) - 1
+		}
+		if len(terminal) > 1 {
+			ch.duplicates += len(terminal) - 1
+		}
+		if len(res) != 1 {
+			t.Errorf("BackupVerifyRun %s has %d BackupVerifyResults (want 1)", run.Name, len(res))
+		} else {
+			r := res[0]
+			if r.Name != run.Name || run.Status.ResultRef != r.Name || r.Labels[securityv1.LabelRun] != backupsv1.BoundedName(63, run.Name) {
+				t.Errorf("the BackupVerifyResult of run %s is %s (label %q), the run's resultRef %q", run.Name, r.Name, r.Labels[securityv1.LabelRun], run.Status.ResultRef)
+			}
+			if len(terminal) == 1 {
+				if want := securityv1.TerminalEventType(run.Status.Phase, r.Spec.Findings); terminal[0] != want {
+					t.Errorf("BackupVerifyRun %s (%s) emitted %s, its result calls for %s", run.Name, run.Status.Phase, terminal[0], want)
+				}
+			}
+		}
+		if len(terminal) != 1 {
+			t.Errorf("BackupVerifyRun %s has %d terminal SecurityEvents (want 1): %v", run.Name, len(terminal), terminal)
+		}
+		if len(started) != 1 {
+			t.Errorf("BackupVerifyRun %s has %d BackupVerifyStarted SecurityEvents (want 1): %v", run.Name, len(started), started)
+		}
+		if run.Status.Phase == securityv1.RunFailed {
+			ch.failedRuns++
+			var fs []string
+			if len(res) == 1 {
+				for _, f := range res[0].Spec.Findings {
+					fs = append(fs, fmt.Sprintf("%s/%s %s: %s", f.Severity, f.Code, f.Object, f.Message))
+				}
+			}
+			t.Errorf("BackupVerifyRun %s (%s of %s) Failed: %s\n    findings:\n    %s", run.Name, run.Spec.Mode, run.Spec.BackupRef.Name,
+				run.Status.Message, strings.Join(fs, "\n    "))
+		}
+	}
+	for uid, rs := range resByUID {
+		if !runUIDs[uid] {
+			t.Errorf("BackupVerifyResults %v belong to no run", resultNames(rs))
+		}
+	}
+	for uid, es := range evByUID {
+		if !runUIDs[uid] {
+			t.Errorf("%d SecurityEvents (e.g. %s) belong to no run (run-uid %q)", len(es), es[0].Name, uid)
+		}
+	}
+}
+
+func (ch *chaos) summary(took time.Duration) {
+	var buf bytes.Buffer
+	w := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
+	row("iterations (kills)", ch.iterations)
+	for _, v := range victims {
+		row("  SIGKILL "+v, ch.kills[v])
+	}
+	row("BackupJobs scheduled / ad-hoc", fmt.Sprintf("%d / %d", ch.scheduled, ch.adHoc))
+	row("ticks missing / counted skipped", fmt.Sprintf("%d / %d", ch.missingTicks, ch.skippedTicks))
+	row("Backups", ch.backups)
+	row("Velero backups (of these BackupJobs)", ch.veleroBackups)
+	row("RestoreJobs", ch.restores)
+	row("BackupVerifyRuns checksum-only / full-restore", fmt.Sprintf("%d / %d", ch.checksumRuns, ch.fullRuns))
+	row("BackupVerifyResults", ch.results)
+	row("terminal SecurityEvents", ch.terminalEvents)
+	row("Failed runs", ch.failedRuns)
+	row("duplicates (must be 0)", ch.duplicates)
+	row("wall time", took.Round(time.Second))
+	_ = w.Flush()
+	ch.t.Logf("chaos summary:\n%s", buf.String())
+}
+
+// logDenials logs every line of a component's log that reports an RBAC denial.
+func logDenials(t *testing.T, s *golden.Stack) {
+	for name, c := range s.Components {
+		var lines []string
+		for _, l := range strings.Split(c.Log.String(), "\n") {
+			if strings.Contains(l, "is forbidden") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 0 {
+			t.Logf("%s logged %d RBAC denial(s):\n%s", name, len(lines), strings.Join(lines, "\n"))
+		}
+	}
+}
+
+func conds(cs []metav1.Condition) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, fmt.Sprintf("%s=%s/%s", c.Type, c.Status, c.Reason))
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
+func backupNames(bs []backupsv1.Backup) []string {
+	var out []string
+	for _, b := range bs {
+		out = append(out, b.Name)
+	}
+	return out
+}
+
+func unstructuredNames(us []unstructured.Unstructured) []string {
+	var out []string
+	for _, u := range us {
+		out = append(out, u.GetName())
+	}
+	return out
+}
+
+func resultNames(rs []securityv1.BackupVerifyResult) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+func tail(s string) string {
+	if len(s) > 4096 {
+		return s[len(s)-4096:]
+	}
+	return s
+}
