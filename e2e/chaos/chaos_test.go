@@ -35,7 +35,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -120,7 +119,6 @@ func TestChaos(t *testing.T) {
 	}
 	// Runs before StopAndCheck, which fails on a denial but shows only the log's tail.
 	t.Cleanup(func() { logDenials(t, s) })
-	shareVeleroCredentials(ctx, t, s)
 	ch := &chaos{t: t, ctx: ctx, s: s, c: s.Client, kills: map[string]int{}}
 
 	ch.createApplication()
@@ -176,39 +174,6 @@ func TestChaos(t *testing.T) {
 	ch.checkRestores()
 	ch.checkVerifyRuns()
 	ch.summary(time.Since(began))
-}
-
-// shareVeleroCredentials gives the stack's Velero server its object-store credentials through the
-// AWS SDK's shared credentials file ($HOME/.aws/credentials; the stack sets HOME for Velero), as
-// `velero install` does by default, and drops the BackupStorageLocation's credential. With a
-// credential on the location, Velero rewrites the credentials file (truncate, then write) every
-// time it opens the backup store, and an AWS plugin reading it meanwhile finds it empty and fails
-// the operation with "no EC2 IMDS role found" (vmware-tanzu/velero#8524). This suite's load, every
-// component downloading and restoring at once, makes that race frequent; it is Velero's, not
-// Coffer's.
-func shareVeleroCredentials(ctx context.Context, t *testing.T, s *golden.Stack) {
-	home := filepath.Join(s.Cluster.Dir, "velero-stack", "home")
-	require.DirExists(t, home, "the Velero server's HOME")
-	require.NoError(t, os.MkdirAll(filepath.Join(home, ".aws"), 0o700))
-	creds := fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", velerostack.AccessKey, velerostack.SecretKey)
-	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(creds), 0o600))
-	bsl := &unstructured.Unstructured{}
-	bsl.SetAPIVersion("velero.io/v1")
-	bsl.SetKind("BackupStorageLocation")
-	bsl.SetNamespace(velerostack.Namespace)
-	bsl.SetName(velerostack.BSLName)
-	patched := time.Now().Truncate(time.Second)
-	require.NoError(t, s.Client.Patch(ctx, bsl, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"credential":null}}`))))
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := s.Client.Get(ctx, client.ObjectKeyFromObject(bsl), bsl); err != nil {
-			return false, err
-		}
-		phase, _, _ := unstructured.NestedString(bsl.Object, "status", "phase")
-		validated, _, _ := unstructured.NestedString(bsl.Object, "status", "lastValidationTime")
-		at, err := time.Parse(time.RFC3339, validated)
-		return err == nil && at.After(patched) && phase == "Available", nil
-	})
-	require.NoError(t, err, "the BackupStorageLocation did not validate with the shared credentials file:\n%s", tail(s.Velero.VeleroLog()))
 }
 
 // chaos is the suite's state: the stack, what it created and what it found.

@@ -8,7 +8,6 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -277,9 +276,4 @@ func (s *suite) restoreIntoTarget(t *testing.T) {
 	if s.VerifyRestore != nil {
 		s.VerifyRestore(t, ns, app, target)
 	}
-}
-
-// Describe is a one-line summary of a config, for logs.
-func (c Config) Describe() string {
-	return fmt.Sprintf("%s/%s restore=%t restart=%t", c.StrategyAPIGroup, c.StrategyKind, c.Restore, c.Restart != nil)
 }

@@ -240,7 +240,6 @@ func installVelero(ctx context.Context, cl client.Client, velero, endpoint strin
 	if err := manifests.Apply(ctx, cl, objs); err != nil {
 		return err
 	}
-	creds := credentialsINI()
 	replicas := int32(0)
 	labels := map[string]string{"component": "velero"}
 	bsl := &unstructured.Unstructured{Object: map[string]any{
@@ -255,7 +254,6 @@ func installVelero(ctx context.Context, cl client.Client, velero, endpoint strin
 	}}
 	for _, o := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials", Namespace: Namespace}, StringData: map[string]string{"cloud": creds}},
 		&appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "velero", Namespace: Namespace},
 			Spec: appsv1.DeploymentSpec{

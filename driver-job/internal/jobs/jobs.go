@@ -250,9 +250,9 @@ func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome
 
 // firstMessage is the first non-empty termination message of a pod's containers, in spec order.
 func firstMessage(p *corev1.Pod) string {
-	for _, name := range containerNames(p) {
+	for _, c := range p.Spec.Containers {
 		for _, s := range p.Status.ContainerStatuses {
-			if s.Name == name && s.State.Terminated != nil && strings.TrimSpace(s.State.Terminated.Message) != "" {
+			if s.Name == c.Name && s.State.Terminated != nil && strings.TrimSpace(s.State.Terminated.Message) != "" {
 				return s.State.Terminated.Message
 			}
 		}
@@ -282,14 +282,6 @@ func podFailure(p *corev1.Pod) string {
 		parts = append(parts, fmt.Sprintf("pod %s: %s %s", p.Name, p.Status.Reason, p.Status.Message))
 	}
 	return strings.Join(parts, "; ")
-}
-
-func containerNames(p *corev1.Pod) []string {
-	out := make([]string, 0, len(p.Spec.Containers))
-	for _, c := range p.Spec.Containers {
-		out = append(out, c.Name)
-	}
-	return out
 }
 
 // Release applies the strategy's ttlSecondsAfterFinished to a finished run's Job, now that its
