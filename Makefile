@@ -63,7 +63,8 @@ testbin: ## Build the local cluster's binaries (and Velero, MinIO) from source i
 .PHONY: test
 test: build ## Unit, envtest and real-server suites of every module (builds testbin when missing).
 	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; \
-	for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
+	failed=(); for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || failed+=("$$m"); done; \
+	if [ $${#failed[@]} -gt 0 ]; then echo "FAILED modules: $${failed[*]}"; exit 1; fi
 
 # The suites behind the e2e build tag (the other e2e packages run in `make test`).
 E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./chaos/

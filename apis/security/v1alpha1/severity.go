@@ -54,11 +54,15 @@ const (
 	CodeChecksumMatch           = "checksum-match"
 )
 
+// CodeCheckNotRun: the verifier could not run one of its checks. It is a fault of the verifier's
+// environment, not evidence about the backup, so it ranks after the codes that are.
+const CodeCheckNotRun = "check-not-run"
+
 var codePriority = func() map[string]int {
 	order := []string{
 		CodeChecksumMismatch, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned,
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
-		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout,
+		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,
 		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded,
 		CodeCleanupFailed, CodeFindingsTruncated, CodeChecksumMatch,
 	}

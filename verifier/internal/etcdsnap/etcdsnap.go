@@ -5,6 +5,7 @@ package etcdsnap
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -15,9 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 )
@@ -65,8 +63,9 @@ func within(base, p string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
-// Verify checks the snapshot dir/ref.
-func Verify(dir, ref string) *Report {
+// Verify checks the snapshot dir/ref. The bbolt consistency check runs in a child process (see
+// statusEnv) that ctx bounds; a check that does not finish in time is a Timeout finding.
+func Verify(ctx context.Context, dir, ref string) *Report {
 	r := &Report{Details: map[string]string{}}
 	path, err := Resolve(dir, ref)
 	if err != nil {
@@ -121,18 +120,25 @@ func Verify(dir, ref string) *Report {
 			fmt.Sprintf("snapshot %s is truncated: its database needs %d bytes, the file holds %d", ref, need, content))
 		return r
 	}
-	status, err := snapshot.NewV3(zap.NewNop()).Status(path)
-	if err != nil {
+	sum, err := status(ctx, path)
+	switch {
+	case errors.Is(err, errCheckFailed):
 		r.add(securityv1.CodeEtcdSnapshotCorrupt, securityv1.SeverityCritical, fmt.Sprintf("snapshot %s fails etcdutl's consistency check: %v", ref, err))
 		return r
+	case ctx.Err() != nil:
+		r.add(securityv1.CodeTimeout, securityv1.SeverityHigh, fmt.Sprintf("the consistency check of snapshot %s did not finish: %v", ref, ctx.Err()))
+		return r
+	case err != nil:
+		r.add(securityv1.CodeCheckNotRun, securityv1.SeverityHigh, fmt.Sprintf("the consistency check of snapshot %s could not run: %v", ref, err))
+		return r
 	}
-	r.Details["revision"] = strconv.FormatInt(status.Revision, 10)
-	r.Details["totalKeys"] = strconv.Itoa(status.TotalKey)
-	r.Details["totalSizeBytes"] = strconv.FormatInt(status.TotalSize, 10)
-	r.Details["hash"] = strconv.FormatUint(uint64(status.Hash), 10)
+	r.Details["revision"] = strconv.FormatInt(sum.Revision, 10)
+	r.Details["totalKeys"] = strconv.Itoa(sum.TotalKey)
+	r.Details["totalSizeBytes"] = strconv.FormatInt(sum.TotalSize, 10)
+	r.Details["hash"] = strconv.FormatUint(uint64(sum.Hash), 10)
 	if len(r.Findings) == 0 {
 		r.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo,
-			fmt.Sprintf("snapshot %s is intact: appended SHA-256 matches, revision %d, %d keys", ref, status.Revision, status.TotalKey))
+			fmt.Sprintf("snapshot %s is intact: appended SHA-256 matches, revision %d, %d keys", ref, sum.Revision, sum.TotalKey))
 	}
 	return r
 }

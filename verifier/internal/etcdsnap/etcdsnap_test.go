@@ -1,14 +1,19 @@
 package etcdsnap
 
 import (
+	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 )
@@ -38,7 +43,7 @@ func TestResolveRefusesEscapes(t *testing.T) {
 			assert.Equal(t, tt.ok, err == nil, "%v", err)
 		})
 	}
-	rep := Verify(dir, "link.db")
+	rep := Verify(context.Background(), dir, "link.db")
 	require.Len(t, rep.Findings, 1)
 	assert.Equal(t, securityv1.CodeEtcdSnapshotRefInvalid, rep.Findings[0].Code)
 	assert.Equal(t, securityv1.SeverityCritical, rep.Findings[0].Severity)
@@ -66,7 +71,7 @@ func TestSidecar(t *testing.T) {
 func TestNotASnapshot(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk.db"), make([]byte, 512*4+32), 0o600))
-	rep := Verify(dir, "junk.db")
+	rep := Verify(context.Background(), dir, "junk.db")
 	assert.Contains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt)
 	assert.Equal(t, securityv1.SeverityCritical, securityv1.WorstSeverity(rep.Findings))
 }
@@ -77,4 +82,82 @@ func codesOf(fs []securityv1.Finding) []string {
 		out = append(out, f.Code)
 	}
 	return out
+}
+
+// boltFile writes a bbolt database the way etcd keeps its backend (no synced freelist, a meta
+// bucket) with enough keys to span many leaf pages, and returns its path and page size. Without
+// the meta bucket, etcdutl's status itself dereferences nil: a bbolt file that is not an etcd
+// backend must be a finding too.
+func boltFile(t *testing.T, dir string, withMeta bool) (string, int) {
+	t.Helper()
+	p := filepath.Join(dir, "bolt.db")
+	db, err := bolt.Open(p, 0o600, &bolt.Options{NoFreelistSync: true})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		if withMeta {
+			if _, err := tx.CreateBucket([]byte("meta")); err != nil {
+				return err
+			}
+		}
+		b, err := tx.CreateBucket([]byte("test"))
+		if err != nil {
+			return err
+		}
+		for i := range 3000 {
+			if err := b.Put(fmt.Appendf(nil, "k%08d", i), make([]byte, 100)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	ps := db.Info().PageSize
+	require.NoError(t, db.Close())
+	return p, ps
+}
+
+// TestCorruptPageDoesNotCrash: bbolt walks pages in a goroutine of its own, where a corrupt page
+// panics beyond any recover. Run in this process, the check below kills the test binary (it
+// killed a CI run); run in the helper process, it is a finding and the verifier lives on.
+func TestCorruptPageDoesNotCrash(t *testing.T) {
+	dir := t.TempDir()
+	p, ps := boltFile(t, dir, true)
+
+	rep := Verify(context.Background(), dir, "bolt.db")
+	assert.NotContains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt, "%v", rep.Findings)
+	used, err := highWaterMark(p)
+	require.NoError(t, err)
+	assert.Equal(t, strconv.FormatInt(used, 10), rep.Details["totalSizeBytes"], "the helper's status reached the report")
+
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	corrupted := 0
+	for off := 2 * ps; off+ps <= len(data); off += ps {
+		if binary.LittleEndian.Uint16(data[off+8:]) == 0x02 { // a leaf page
+			binary.LittleEndian.PutUint32(data[off+16+8:], 0x7ffffff0) // its first key's size
+			corrupted++
+		}
+	}
+	require.NotZero(t, corrupted, "the file has leaf pages")
+	require.NoError(t, os.WriteFile(p, data, 0o600))
+
+	rep = Verify(context.Background(), dir, "bolt.db")
+	require.Contains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt, "%v", rep.Findings)
+	assert.Equal(t, securityv1.SeverityCritical, securityv1.WorstSeverity(rep.Findings))
+	assert.Contains(t, fmt.Sprint(rep.Findings), "bbolt crashed reading the file (panic: runtime error")
+}
+
+func TestCheckBoundedByContext(t *testing.T) {
+	dir := t.TempDir()
+	boltFile(t, dir, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep := Verify(ctx, dir, "bolt.db")
+	assert.Equal(t, []string{securityv1.CodeChecksumNotRecorded, securityv1.CodeTimeout}, codesOf(rep.Findings))
+}
+
+func TestNotAnEtcdBackend(t *testing.T) {
+	dir := t.TempDir()
+	boltFile(t, dir, false)
+	rep := Verify(context.Background(), dir, "bolt.db")
+	assert.Contains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt, "%v", rep.Findings)
 }

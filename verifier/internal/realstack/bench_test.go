@@ -120,7 +120,7 @@ func BenchmarkEtcdSnapshotCheck(b *testing.B) {
 	st, _ := os.Stat(snap)
 	for range b.N {
 		t0 := time.Now()
-		rep := etcdsnap.Verify(snapDir, "bench.db")
+		rep := etcdsnap.Verify(context.Background(), snapDir, "bench.db")
 		ours := time.Since(t0)
 		if securityv1.WorstSeverity(rep.Findings).AtLeast(securityv1.SeverityHigh) {
 			b.Fatalf("the snapshot does not verify: %+v", rep.Findings)

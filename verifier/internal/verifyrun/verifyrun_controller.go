@@ -114,7 +114,14 @@ func (r *Reconciler) execute(ctx context.Context, run *securityv1.BackupVerifyRu
 	}
 	switch {
 	case run.Spec.Backend == securityv1.BackendEtcdSnapshot:
-		rep := etcdsnap.Verify(r.EtcdSnapshotDir, run.Spec.BackupRef.Name)
+		// The check runs in a child process that the run's own timeout bounds.
+		checkCtx := ctx
+		if run.Status.StartTime != nil {
+			var cancel context.CancelFunc
+			checkCtx, cancel = context.WithDeadline(ctx, run.Status.StartTime.Add(timeout))
+			defer cancel()
+		}
+		rep := etcdsnap.Verify(checkCtx, r.EtcdSnapshotDir, run.Spec.BackupRef.Name)
 		return velerocheck.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, SizeBytes: rep.SizeBytes, Details: rep.Details}, true
 	case mode(run) == securityv1.ModeFullRestore:
 		out := r.Velero.FullRestore(ctx, run)
