@@ -21,6 +21,12 @@ type Env struct {
 // StartEnv starts a cluster with the CRDs in crdDirs (paths relative to the checkout root) and the
 // Velero stack.
 func StartEnv(ctx context.Context, crdDirs ...string) (*Env, error) {
+	return StartEnvWith(ctx, cluster.Options{}, crdDirs...)
+}
+
+// StartEnvWith is StartEnv with cluster options (kube-controller-manager, say); the CRD directories
+// are added to opts.CRDDirectoryPaths.
+func StartEnvWith(ctx context.Context, opts cluster.Options, crdDirs ...string) (*Env, error) {
 	root, err := manifests.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -29,7 +35,8 @@ func StartEnv(ctx context.Context, crdDirs ...string) (*Env, error) {
 	for _, d := range crdDirs {
 		dirs = append(dirs, filepath.Join(root, d))
 	}
-	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: dirs})
+	opts.CRDDirectoryPaths = append(opts.CRDDirectoryPaths, dirs...)
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,20 +134,56 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	return out
 }
 
-// ResourceList downloads the backup's own list of what it holds: "<apiVersion>/<Kind>" → "ns/name".
-func (c *Checker) resourceList(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup) (map[string][]string, error) {
-	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8], "list")
-	url, err := download.Request(ctx, c.Reader, c.Client, vb.Namespace, name,
-		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupResourceList, Name: vb.Name}, c.DownloadTimeout)
+// open downloads one file of the backup through a DownloadRequest named after the run and what;
+// done closes it and deletes the request.
+func (c *Checker) open(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, what string, kind velerov1.DownloadTargetKind) (io.Reader, func(), error) {
+	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8], what)
+	url, err := download.Request(ctx, c.Reader, c.Client, vb.Namespace, name, velerov1.DownloadTarget{Kind: kind, Name: vb.Name}, c.DownloadTimeout)
+	cleanup := func() { _ = download.Cleanup(context.WithoutCancel(ctx), c.Client, vb.Namespace, name) }
 	if err != nil {
-		return nil, err
+		cleanup()
+		return nil, nil, err
 	}
-	defer func() { _ = download.Cleanup(context.WithoutCancel(ctx), c.Client, vb.Namespace, name) }()
 	body, err := download.Open(ctx, c.HTTP, url)
 	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return body, func() { body.Close(); cleanup() }, nil
+}
+
+// regeneratedByControllers drops from missing the objects their restored controllers regenerate
+// (see controllers.go) and counts them as restored. When the backup's tarball cannot be read,
+// missing is returned as it is.
+func (c *Checker) regeneratedByControllers(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, missing []missingObject,
+	versions map[schema.GroupKind]string, sandboxOf map[string]string, out *Outcome) []missingObject {
+	ctrl, err := c.controllers(ctx, run, vb)
+	var left []missingObject
+	if err == nil {
+		left, err = c.regenerated(ctx, missing, ctrl, versions, sandboxOf)
+	}
+	if err != nil {
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name,
+			"checking whether controllers regenerate the missing objects: "+err.Error())
+		return missing
+	}
+	if n := len(missing) - len(left); n > 0 {
+		out.ObjectsRestored += int32(n)
+		if out.Details == nil {
+			out.Details = map[string]string{}
+		}
+		out.Details["objectsLeftToControllers"] = strconv.Itoa(n)
+	}
+	return left
+}
+
+// ResourceList downloads the backup's own list of what it holds: "<apiVersion>/<Kind>" → "ns/name".
+func (c *Checker) resourceList(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup) (map[string][]string, error) {
+	body, done, err := c.open(ctx, run, vb, "list", velerov1.DownloadTargetKindBackupResourceList)
+	if err != nil {
 		return nil, err
 	}
-	defer body.Close()
+	defer done()
 	gz, err := gzip.NewReader(body)
 	if err != nil {
 		return nil, fmt.Errorf("reading the resource list: %w", err)
@@ -229,9 +267,13 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	}
 	// While this run's Restore is in flight there is nothing to read from the object store: every
 	// poll would otherwise download the resource list again.
+	// A Restore of this run that is being deleted means an earlier pass already finished and began
+	// cleaning up, then crashed before writing the Result: the verdict was lost with it. The run
+	// waits until the Restore and its sandboxes are gone and restores again, within its timeout.
 	inFlight := &velerov1.Restore{}
 	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: vb.Namespace, Name: RestoreName(run)}, inFlight)
-	if err == nil && inFlight.Labels[securityv1.LabelRunUID] == string(run.UID) && !restoreTerminal(inFlight.Status.Phase) {
+	if err == nil && inFlight.Labels[securityv1.LabelRunUID] == string(run.UID) &&
+		(!restoreTerminal(inFlight.Status.Phase) || !inFlight.DeletionTimestamp.IsZero()) {
 		out.Done = false
 		return out
 	}
@@ -247,8 +289,13 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	}
 	mapping := Sandboxes(run, sources)
 	for _, src := range sources {
-		if f := c.ensureSandbox(ctx, run, mapping[src]); f != nil {
+		wait, f := c.ensureSandbox(ctx, run, mapping[src])
+		if f != nil {
 			out.Findings = append(out.Findings, *f)
+			return out
+		}
+		if wait {
+			out.Done = false
 			return out
 		}
 	}
@@ -270,6 +317,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		out.Done = false
 		return out
 	}
+	var missing []missingObject
 	for _, src := range sources {
 		for _, o := range objects[src] {
 			out.ObjectsExpected++
@@ -279,13 +327,30 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			switch {
 			case err == nil:
 				out.ObjectsRestored++
-			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-				out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(o, mapping[src]),
-					fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", o.gvk.Kind, src, o.name))
+			case apierrors.IsNotFound(err):
+				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: mapping[src], name: o.name})
 			default:
-				out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(o, mapping[src]), "reading it from the sandbox: "+err.Error())
+				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: mapping[src], name: o.name, err: err})
 			}
 		}
+	}
+	if len(missing) > 0 {
+		versions := map[schema.GroupKind]string{}
+		for _, src := range sources {
+			for _, o := range objects[src] {
+				versions[o.gvk.GroupKind()] = o.gvk.Version
+			}
+		}
+		missing = c.regeneratedByControllers(ctx, run, vb, missing, versions, mapping, &out)
+	}
+	for _, m := range missing {
+		o := objectRef{gvk: m.gvk, name: m.name}
+		if m.err != nil && !meta.IsNoMatchError(m.err) {
+			out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(o, m.sandbox), "reading it from the sandbox: "+m.err.Error())
+			continue
+		}
+		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(o, m.sandbox),
+			fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", m.gvk.Kind, m.source, m.name))
 	}
 	if out.ObjectsExpected == out.ObjectsRestored && len(out.Findings) == 0 {
 		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name,
@@ -311,31 +376,32 @@ func describe(o objectRef, ns string) string {
 }
 
 // ensureSandbox creates a sandbox labelled with the run's UID, or accepts one that carries it. A
-// namespace the verifier did not create for this run is refused, never reused.
-func (c *Checker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) *securityv1.Finding {
+// namespace the verifier did not create for this run is refused, never reused. wait is true while
+// this run's own sandbox from an earlier pass is still being deleted (see FullRestore).
+func (c *Checker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding) {
 	ns := &corev1.Namespace{}
 	err := c.Reader.Get(ctx, client.ObjectKey{Name: name}, ns)
 	if err == nil {
-		if ns.Labels[securityv1.LabelRunUID] == string(run.UID) && ns.DeletionTimestamp.IsZero() {
-			return nil
+		if ns.Labels[securityv1.LabelRunUID] == string(run.UID) {
+			return !ns.DeletionTimestamp.IsZero(), nil
 		}
-		return &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
+		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
 			Message: fmt.Sprintf("sandbox namespace %s already exists and was not created for this run; it is never reused", name)}
 	}
 	if !apierrors.IsNotFound(err) {
-		return &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name, Message: err.Error()}
+		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name, Message: err.Error()}
 	}
 	if !strings.HasSuffix(name, securityv1.SandboxSuffix) {
-		return &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
+		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
 			Message: fmt.Sprintf("sandbox namespace %s does not end with %s", name, securityv1.SandboxSuffix)}
 	}
 	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}}}
 	if err := c.Client.Create(ctx, ns); err != nil {
-		return &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
+		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
 			Message: "creating the sandbox: " + err.Error()}
 	}
-	return nil
+	return false, nil
 }
 
 func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, sources []string, mapping map[string]string) (*velerov1.Restore, error) {
