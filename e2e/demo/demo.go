@@ -68,6 +68,13 @@ func Run(ctx context.Context, out io.Writer, opts Options) (*golden.Stack, *gold
 	if err != nil {
 		return s, nil, err
 	}
+	// The caller stops the stack it gets back; a panic would leave it running with nobody to.
+	defer func() {
+		if r := recover(); r != nil {
+			s.Stop()
+			panic(r)
+		}
+	}()
 	say("Stack up: %d components running as processes", len(s.Components))
 	sum, err := s.Lifecycle(ctx)
 	if sum != nil {

@@ -132,9 +132,16 @@ func (s *Stack) Lifecycle(ctx context.Context) (*Summary, error) {
 		return nil, fmt.Errorf("waiting for the first scheduled Backup: %w", err)
 	}
 	sum0.Backup = backup
+	// The driver creates the Backup before it records the BackupJob's outcome: wait for both.
 	sum0.BackupJob = &backupsv1.BackupJob{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: AppNamespace, Name: backup.Name}, sum0.BackupJob); err != nil {
-		return nil, err
+	if err := poll(ctx, time.Minute, func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: AppNamespace, Name: backup.Name}, sum0.BackupJob)
+		return sum0.BackupJob.IsTerminal(), err
+	}); err != nil {
+		return nil, fmt.Errorf("waiting for BackupJob %s to record its outcome: %w", backup.Name, err)
+	}
+	if sum0.BackupJob.Status.Phase != backupsv1.BackupJobSucceeded {
+		return nil, fmt.Errorf("BackupJob %s ended %s although its Backup is Ready", backup.Name, sum0.BackupJob.Status.Phase)
 	}
 	sum0.Plan = &backupsv1.Plan{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: AppNamespace, Name: PlanName}, sum0.Plan); err != nil {

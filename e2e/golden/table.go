@@ -23,7 +23,11 @@ func (s *Summary) Table(out io.Writer) {
 		fmt.Fprintf(w, "Plan\t%s/%s\t%s\tcron %q, last tick %s\n", p.Namespace, p.Name, condition(p.Status.Conditions), p.Spec.Schedule.Cron, last)
 	}
 	if j := s.BackupJob; j != nil {
-		fmt.Fprintf(w, "BackupJob\t%s/%s\t%s\t%s\n", j.Namespace, j.Name, j.Status.Phase, j.Status.CompletedAt.Sub(j.Status.StartedAt.Time).Round(100e6))
+		took := "-"
+		if j.Status.StartedAt != nil && j.Status.CompletedAt != nil {
+			took = j.Status.CompletedAt.Sub(j.Status.StartedAt.Time).Round(100e6).String()
+		}
+		fmt.Fprintf(w, "BackupJob\t%s/%s\t%s\t%s\n", j.Namespace, j.Name, j.Status.Phase, took)
 	}
 	if b := s.Backup; b != nil && b.Status.Artifact != nil {
 		fmt.Fprintf(w, "Backup\t%s/%s\t%s\t%d bytes, %s\n", b.Namespace, b.Name, b.Status.Phase, b.Status.Artifact.SizeBytes, b.Status.Artifact.Checksum)
