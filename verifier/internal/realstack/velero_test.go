@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -280,7 +281,10 @@ func TestOwnedObjectLeftToItsController(t *testing.T) {
 	r := result(t, run)
 	require.Equal(t, []string{securityv1.CodeObjectMissing}, codes(r.Spec.Findings), "only the ConfigMap: %v", r.Spec.Findings)
 	assert.Equal(t, "core/ConfigMap "+sandbox+"/flags", r.Spec.Findings[0].Object)
-	assert.Equal(t, "1", r.Spec.Details["objectsLeftToControllers"], "the EndpointSlice")
+	// At least the EndpointSlice; the ReplicaSet too when the collector deleted it first.
+	left, err := strconv.Atoi(r.Spec.Details["objectsLeftToControllers"])
+	require.NoError(t, err, "details: %v", r.Spec.Details)
+	assert.GreaterOrEqual(t, left, 1)
 	assert.Equal(t, r.Spec.ObjectsExpected-1, r.Spec.ObjectsRestored)
 }
 
