@@ -98,10 +98,11 @@ func TestShippedDeployments(t *testing.T) {
 	defer cancel()
 	e := start(t, ctx)
 
-	// Driver-velero and the verifier are only proven to run, Ready and elected: no Velero server
-	// runs where their pods could reach it (velerostack's runs on the host against loopback), so
-	// nothing they would reconcile can complete here. Their Velero CRDs are installed, as their
-	// controllers watch those kinds.
+	// Driver-velero and the verifier's Velero backend are only proven to run, Ready and elected:
+	// no Velero server runs where their pods could reach it (velerostack's runs on the host
+	// against loopback), so nothing they would reconcile can complete here. Their Velero CRDs are
+	// installed, as their controllers watch those kinds. The verifier's etcd-snapshot backend
+	// needs only the node's snapshot directory, and is run for real (verifySnapshots).
 	for _, c := range e.comps {
 		e.checkPods(t, c)
 		e.checkLease(t, c)
@@ -109,6 +110,7 @@ func TestShippedDeployments(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	e.verifySnapshots(t)
 
 	ns, plan := e.scheduledBackups(t)
 	if !t.Failed() {

@@ -1,0 +1,106 @@
+//go:build e2e
+
+package deployments
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/cluster"
+)
+
+// verifySnapshots proves the verifier's etcd-snapshot backend as shipped: the pod reads the node's
+// snapshot directory through its hostPath as user 65532, and runs the bbolt consistency walk in a
+// child process of its own binary inside its image. It saves a real snapshot of this cluster's
+// etcd, and a copy whose leaf pages are corrupted (with etcd's appended SHA-256 removed, so that
+// only the walk can tell): the walk crashes on it, which must end the run as a finding and leave
+// the verifier's container running (finalChecks asserts no restart).
+func (e *env) verifySnapshots(t *testing.T) {
+	assets, err := cluster.AssetsDir()
+	require.NoError(t, err)
+	dir, err := os.MkdirTemp(snapshotDir, "coffer-e2e-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	good := filepath.Join(dir, "snap.db")
+	out, err := exec.CommandContext(e.ctx, filepath.Join(assets, "etcdctl"), "--endpoints="+e.n.Cluster.EtcdURL, "snapshot", "save", good).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	data, err := os.ReadFile(good)
+	require.NoError(t, err)
+	bad := corruptLeaves(t, data[:len(data)-32])
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "corrupt.db"), bad, 0o644))
+	require.NoError(t, os.Chmod(good, 0o644))
+
+	rel := filepath.Base(dir)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etcd-verify"}}
+	require.NoError(t, e.cl.Create(e.ctx, ns))
+	runs := map[string]*securityv1.BackupVerifyRun{}
+	for _, name := range []string{"snap", "corrupt"} {
+		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name},
+			Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendEtcdSnapshot, BackupRef: securityv1.BackupRef{Name: rel + "/" + name + ".db"}}}
+		require.NoError(t, e.cl.Create(e.ctx, run))
+		runs[name] = run
+	}
+	began := time.Now()
+	for name, run := range runs {
+		e.poll(t, "etcd-snapshot run "+name+" to end", 2*time.Minute, func() (bool, error) {
+			err := e.cl.Get(e.ctx, client.ObjectKeyFromObject(run), run)
+			return run.Status.Phase.IsTerminal(), err
+		})
+	}
+	t.Logf("etcd-snapshot runs ended %s after creation", time.Since(began).Round(100*time.Millisecond))
+	result := func(run *securityv1.BackupVerifyRun) *securityv1.BackupVerifyResult {
+		res := &securityv1.BackupVerifyResult{}
+		require.NoError(t, e.cl.Get(e.ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res))
+		return res
+	}
+	assert.Equal(t, securityv1.RunSucceeded, runs["snap"].Status.Phase, runs["snap"].Status.Message)
+	res := result(runs["snap"])
+	assert.Equal(t, securityv1.SeverityInfo, res.Status.WorstSeverity)
+	assert.NotEmpty(t, res.Spec.Details["revision"], "etcdutl's status, from the child process, is in the Result")
+	assert.Equal(t, int64(len(data)), res.Spec.SizeBytes)
+
+	assert.Equal(t, securityv1.RunFailed, runs["corrupt"].Status.Phase, runs["corrupt"].Status.Message)
+	res = result(runs["corrupt"])
+	var codes []string
+	for _, f := range res.Spec.Findings {
+		codes = append(codes, f.Code)
+		if f.Code == securityv1.CodeEtcdSnapshotCorrupt {
+			t.Logf("corrupt snapshot: %s", f.Message)
+		}
+	}
+	assert.Contains(t, codes, securityv1.CodeEtcdSnapshotCorrupt)
+	assert.NotContains(t, codes, securityv1.CodeCheckNotRun, "the child process ran in the image")
+	assert.True(t, strings.Contains(fmt.Sprint(res.Spec.Findings), "consistency check"), "the walk, not the hash, found it: %v", res.Spec.Findings)
+}
+
+// corruptLeaves returns a copy of a bbolt file whose leaf pages each claim a first key far larger
+// than the page.
+func corruptLeaves(t *testing.T, db []byte) []byte {
+	out := append([]byte(nil), db...)
+	const metaPageSizeOff = 24 // page header (16) + magic (4) + version (4)
+	ps := int(binary.LittleEndian.Uint32(out[metaPageSizeOff:]))
+	require.Positive(t, ps)
+	n := 0
+	for off := 2 * ps; off+ps <= len(out); off += ps {
+		if binary.LittleEndian.Uint16(out[off+8:]) == 0x02 { // leaf page
+			binary.LittleEndian.PutUint32(out[off+16+8:], 0x7ffffff0) // first element's key size
+			n++
+		}
+	}
+	require.NotZero(t, n, "the snapshot has leaf pages")
+	return out
+}
