@@ -266,10 +266,10 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		return out
 	}
 	// While this run's Restore is in flight there is nothing to read from the object store: every
-	// poll would otherwise download the resource list again.
-	// A Restore of this run that is being deleted means an earlier pass already finished and began
-	// cleaning up, then crashed before writing the Result: the verdict was lost with it. The run
-	// waits until the Restore and its sandboxes are gone and restores again, within its timeout.
+	// poll would otherwise download the resource list again. A Restore of this run that is being
+	// deleted means an earlier pass finished and began cleaning up, then died before writing the
+	// Result, and the verdict died with it: the run waits until the Restore and its sandboxes are
+	// gone and restores again, within its timeout.
 	inFlight := &velerov1.Restore{}
 	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: vb.Namespace, Name: RestoreName(run)}, inFlight)
 	if err == nil && inFlight.Labels[securityv1.LabelRunUID] == string(run.UID) &&
