@@ -24,15 +24,7 @@ import (
 // an unthrottled client with 32 concurrent requests and nothing else running: the time the last
 // create returns is a lower bound of the fire lag of ANY controller that must create N objects at
 // one tick on this machine (before watch delivery is even counted).
-func BenchmarkCreateCeiling(b *testing.B) {
-	for _, n := range benchSizes() {
-		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
-			for range b.N {
-				createCeiling(b, n)
-			}
-		})
-	}
-}
+func BenchmarkCreateCeiling(b *testing.B) { forSizes(b, createCeiling) }
 
 func createCeiling(b *testing.B, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

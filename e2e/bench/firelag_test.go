@@ -50,11 +50,14 @@ func envOr(k, def string) string {
 // with core-controller and kube-controller-manager's CronJob controller running as processes, and
 // measures for one tick the lag from the scheduled time to the receipt (on a watch) of each
 // BackupJob and Job. Run it with -benchtime=1x: one iteration takes minutes.
-func BenchmarkFireLag(b *testing.B) {
+func BenchmarkFireLag(b *testing.B) { forSizes(b, fireLag) }
+
+// forSizes runs one sub-benchmark "N=<n>" per size of benchSizes.
+func forSizes(b *testing.B, run func(b *testing.B, n int)) {
 	for _, n := range benchSizes() {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			for range b.N {
-				fireLag(b, n)
+				run(b, n)
 			}
 		})
 	}

@@ -120,7 +120,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.BindAddress != "" {
 		// envtest keeps an address given with its port: it listens there, health-checks there
 		// and adds it to the serving certificate.
-		port, err := freePortOn(opts.BindAddress)
+		port, err := FreePortOn(opts.BindAddress)
 		if err != nil {
 			c.cleanup()
 			return nil, err
@@ -294,17 +294,10 @@ func (c *Cluster) Namespace(ctx context.Context, prefix string) (string, error) 
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func FreePort() (int, error) { return FreePortOn("127.0.0.1") }
 
-// freePortOn returns a TCP port on ip that was free a moment ago.
-func freePortOn(ip string) (int, error) {
+// FreePortOn returns a TCP port on ip that was free a moment ago.
+func FreePortOn(ip string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port on %s: %w", ip, err)

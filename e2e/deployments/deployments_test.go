@@ -184,7 +184,7 @@ func start(t *testing.T, ctx context.Context) *env {
 	nd.Labels[controlPlaneLabel] = ""
 	require.NoError(t, cl.Patch(ctx, nd, patch))
 
-	require.NoError(t, installVeleroCRDs(ctx, cl, filepath.Join(assets, "velero")))
+	require.NoError(t, velerostack.InstallCRDs(ctx, cl, filepath.Join(assets, "velero")))
 
 	began = time.Now()
 	for _, comp := range manifests.Components {

@@ -3,12 +3,9 @@
 package deployments
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -23,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/coffer-backup/coffer/e2e/images"
@@ -147,38 +143,6 @@ func installable(t *testing.T, cl client.Client, objs []*unstructured.Unstructur
 		take = append(take, o)
 	}
 	return take, skipped
-}
-
-// installVeleroCRDs applies Velero's CRDs as `velero install --crds-only` prints them: the
-// cluster a Velero driver and a verifier run in has Velero, and their controllers watch its kinds.
-func installVeleroCRDs(ctx context.Context, cl client.Client, velero string) error {
-	out, err := exec.CommandContext(ctx, velero, "install", "--crds-only", "--dry-run", "-o", "yaml").Output()
-	if err != nil {
-		return fmt.Errorf("velero install --crds-only: %w", err)
-	}
-	var crds []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
-			break
-		} else if err != nil {
-			return fmt.Errorf("decoding Velero's CRDs: %w", err)
-		}
-		items := []any{u.Object}
-		if u.GetKind() == "List" {
-			items, _, _ = unstructured.NestedSlice(u.Object, "items")
-		}
-		for _, it := range items {
-			if m, ok := it.(map[string]any); ok && m["kind"] == "CustomResourceDefinition" {
-				crds = append(crds, &unstructured.Unstructured{Object: m})
-			}
-		}
-	}
-	if len(crds) == 0 {
-		return fmt.Errorf("velero install --crds-only printed no CRDs")
-	}
-	return manifests.Apply(ctx, cl, crds)
 }
 
 // deploymentReady tells whether a Deployment has rolled out: its current generation observed,

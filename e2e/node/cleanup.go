@@ -83,8 +83,8 @@ func unmountAll(dir string) error {
 
 // --- processes ---
 
-// procsMatching lists the processes whose command line contains one of the needles.
-func procsMatching(needles ...string) []int {
+// otherProcs lists the processes, but this one, for which match is true.
+func otherProcs(match func(pid int) bool) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -92,23 +92,24 @@ func procsMatching(needles ...string) []int {
 	self := os.Getpid()
 	var pids []int
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		cmdline := string(bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
-		for _, n := range needles {
-			if n != "" && strings.Contains(cmdline, n) {
-				pids = append(pids, pid)
-				break
-			}
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != self && match(pid) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// procsMatching lists the processes whose command line contains one of the needles.
+func procsMatching(needles ...string) []int {
+	return otherProcs(func(pid int) bool {
+		line := cmdline(pid)
+		for _, n := range needles {
+			if n != "" && line != "" && strings.Contains(line, n) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func cmdline(pid int) string {
@@ -178,29 +179,19 @@ func procsBoundTo(ip net.IP) []int {
 	if len(inodes) == 0 {
 		return nil
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		fds, err := os.ReadDir("/proc/" + e.Name() + "/fd")
+	return otherProcs(func(pid int) bool {
+		dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
+		fds, err := os.ReadDir(dir)
 		if err != nil {
-			continue
+			return false
 		}
 		for _, fd := range fds {
-			if t, err := os.Readlink("/proc/" + e.Name() + "/fd/" + fd.Name()); err == nil && inodes[t] {
-				pids = append(pids, pid)
-				break
+			if t, err := os.Readlink(dir + fd.Name()); err == nil && inodes[t] {
+				return true
 			}
 		}
-	}
-	return pids
+		return false
+	})
 }
 
 // killAndWait SIGKILLs the pids and waits (bounded) until they are gone.

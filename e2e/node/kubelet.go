@@ -7,9 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -173,14 +171,4 @@ func schedulerArgs(d *layoutDirs, kubeconfig string, port int) []string {
 		"--leader-elect=false",
 		"--v=1",
 	}
-}
-
-// freePortOn returns a TCP port free on ip a moment ago.
-func freePortOn(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port on %s: %w", ip, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -296,7 +296,7 @@ func (n *Node) start(ctx context.Context) error {
 	if n.scheduler, err = startProc("kube-scheduler", filepath.Join(d.logs, "kube-scheduler.log"), n.asset("kube-scheduler"), schedulerArgs(d, n.Cluster.Kubeconfig, schedPort)...); err != nil {
 		return err
 	}
-	port, err := freePortOn(n.IP)
+	port, err := cluster.FreePortOn(n.IP)
 	if err != nil {
 		return err
 	}

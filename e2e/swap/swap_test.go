@@ -70,14 +70,7 @@ func TestDriverSwap(t *testing.T) {
 	t.Log("1. The class sends Shops to Velero: an ad-hoc BackupJob is run by driver-velero")
 	b1 := backupJob(t, ctx, c, "b1")
 	waitJob(t, ctx, c, b1, "b1 to finish", 3*time.Minute, b1.IsTerminal)
-	require.Equal(t, backupsv1.BackupJobSucceeded, b1.Status.Phase, "b1: %s", b1.Status.Message)
-	assertClaimedBy(t, b1, "coffer-driver-velero")
-	backup1 := &backupsv1.Backup{}
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: b1.Status.BackupRef.Name}, backup1))
-	assert.Equal(t, backupsv1.BackupReady, backup1.Status.Phase)
-	assert.Equal(t, veleroRef.Kind, backup1.Spec.StrategyRef.Kind)
-	require.NotEmpty(t, backup1.Spec.DriverMetadata["veleroBackupName"])
-	assert.Len(t, veleroBackupsOf(t, ctx, c, b1.UID), 1, "one velero Backup for b1")
+	backup1 := assertVeleroBackedUp(t, ctx, c, b1)
 
 	t.Log("2. The class now sends Shops to the Job driver: the next BackupJob is driver-job's")
 	setClassStrategy(t, ctx, c, jobRef, nil)
@@ -147,13 +140,7 @@ func TestDriverSwap(t *testing.T) {
 	require.NoError(t, velero.Restart())
 	waitJob(t, ctx, c, b3, "driver-velero to claim and finish b3", 4*time.Minute, b3.IsTerminal)
 	t.Logf("b3 finished %s after driver-velero was restarted", time.Since(flagged).Round(time.Second))
-	require.Equal(t, backupsv1.BackupJobSucceeded, b3.Status.Phase, "b3: %s", b3.Status.Message)
-	assertClaimedBy(t, b3, "coffer-driver-velero")
-	backup3 := &backupsv1.Backup{}
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: b3.Status.BackupRef.Name}, backup3))
-	assert.Equal(t, backupsv1.BackupReady, backup3.Status.Phase)
-	assert.Equal(t, veleroRef.Kind, backup3.Spec.StrategyRef.Kind)
-	assert.Len(t, veleroBackupsOf(t, ctx, c, b3.UID), 1, "one velero Backup for b3")
+	assertVeleroBackedUp(t, ctx, c, b3)
 
 	t.Run("a run claimed by driver-job stays driver-job's after the class moves back to Velero", func(t *testing.T) {
 		// driver-velero, restarted, has listed every BackupJob (b2 among them) before finishing b3.
@@ -247,6 +234,21 @@ func waitJob(t *testing.T, ctx context.Context, c client.Client, j *backupsv1.Ba
 func claimed(j *backupsv1.BackupJob) bool {
 	acc := meta.FindStatusCondition(j.Status.Conditions, backupsv1.ConditionAccepted)
 	return acc != nil && acc.Status == metav1.ConditionTrue
+}
+
+// assertVeleroBackedUp asserts that driver-velero ran j to success: claimed by it, one velero
+// Backup, and a Ready Backup of the Velero strategy, which it returns.
+func assertVeleroBackedUp(t *testing.T, ctx context.Context, c client.Client, j *backupsv1.BackupJob) *backupsv1.Backup {
+	t.Helper()
+	require.Equal(t, backupsv1.BackupJobSucceeded, j.Status.Phase, "%s: %s", j.Name, j.Status.Message)
+	assertClaimedBy(t, j, "coffer-driver-velero")
+	b := &backupsv1.Backup{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: j.Status.BackupRef.Name}, b))
+	assert.Equal(t, backupsv1.BackupReady, b.Status.Phase)
+	assert.Equal(t, veleroRef.Kind, b.Spec.StrategyRef.Kind)
+	require.NotEmpty(t, b.Spec.DriverMetadata["veleroBackupName"])
+	assert.Len(t, veleroBackupsOf(t, ctx, c, j.UID), 1, "one velero Backup for %s", j.Name)
+	return b
 }
 
 func assertClaimedBy(t *testing.T, j *backupsv1.BackupJob, driver string) {

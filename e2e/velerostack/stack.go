@@ -207,14 +207,15 @@ func StartMinIOOn(ctx context.Context, dir, host string) (*Stack, error) {
 	return s, nil
 }
 
-// installVelero applies Velero's CRDs (as `velero install --crds-only` prints them), its namespace,
-// credentials, storage location, and the zero-replica Deployment its restore actions look up.
-func installVelero(ctx context.Context, cl client.Client, velero, endpoint string) error {
+// InstallCRDs applies Velero's CRDs as `velero install --crds-only` prints them (velero is the
+// path of the velero binary): a cluster a Velero driver or a verifier runs in has Velero, and
+// their controllers watch its kinds.
+func InstallCRDs(ctx context.Context, cl client.Client, velero string) error {
 	out, err := exec.CommandContext(ctx, velero, "install", "--crds-only", "--dry-run", "-o", "yaml").Output()
 	if err != nil {
 		return fmt.Errorf("velero install --crds-only: %w", err)
 	}
-	var objs []*unstructured.Unstructured
+	var crds []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
 		u := &unstructured.Unstructured{}
@@ -223,21 +224,26 @@ func installVelero(ctx context.Context, cl client.Client, velero, endpoint strin
 		} else if err != nil {
 			return fmt.Errorf("decoding Velero's CRDs: %w", err)
 		}
-		if u.GetKind() == "CustomResourceDefinition" {
-			objs = append(objs, u)
-		} else if u.GetKind() == "List" {
-			items, _, _ := unstructured.NestedSlice(u.Object, "items")
-			for _, it := range items {
-				if m, ok := it.(map[string]any); ok && m["kind"] == "CustomResourceDefinition" {
-					objs = append(objs, &unstructured.Unstructured{Object: m})
-				}
+		items := []any{u.Object}
+		if u.GetKind() == "List" {
+			items, _, _ = unstructured.NestedSlice(u.Object, "items")
+		}
+		for _, it := range items {
+			if m, ok := it.(map[string]any); ok && m["kind"] == "CustomResourceDefinition" {
+				crds = append(crds, &unstructured.Unstructured{Object: m})
 			}
 		}
 	}
-	if len(objs) == 0 {
+	if len(crds) == 0 {
 		return fmt.Errorf("velero install --crds-only printed no CRDs")
 	}
-	if err := manifests.Apply(ctx, cl, objs); err != nil {
+	return manifests.Apply(ctx, cl, crds)
+}
+
+// installVelero applies Velero's CRDs, its namespace, credentials, storage location, and the
+// zero-replica Deployment its restore actions look up.
+func installVelero(ctx context.Context, cl client.Client, velero, endpoint string) error {
+	if err := InstallCRDs(ctx, cl, velero); err != nil {
 		return err
 	}
 	replicas := int32(0)

@@ -225,17 +225,11 @@ func TestObjectRemovedMidDiff(t *testing.T) {
 	vb := veleroBackup(t, ns, true, ns)
 	sandbox := ns + "-bvsandbox"
 	h := newHarness(t)
-	removed := false
-	h.r = h.reconciler(interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-		if key.Namespace == sandbox && key.Name == "flags" && !removed {
-			removed = true
-			require.NoError(t, c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: sandbox, Name: "flags"}}))
-		}
-		return c.Get(ctx, key, obj, opts...)
-	}}))
+	reader, deleted := deletingOnFirstRead(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: sandbox, Name: "flags"}})
+	h.r = h.reconciler(reader)
 	run := veleroRun(t, "fr-middiff", vb.Name, securityv1.ModeFullRestore, sandbox)
 	h.finish(run)
-	assert.True(t, removed)
+	assert.True(t, deleted["flags"])
 	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
 	r := result(t, run)
 	require.Equal(t, []string{securityv1.CodeObjectMissing}, codes(r.Spec.Findings))
@@ -261,20 +255,10 @@ func TestOwnedObjectLeftToItsController(t *testing.T) {
 	vb := veleroBackup(t, ns, true, ns)
 	sandbox := ns + "-bvsandbox"
 	h := newHarness(t)
-	deleted := map[string]bool{}
-	h.r = h.reconciler(interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-		if key.Namespace == sandbox && (key.Name == slice || key.Name == "flags") && !deleted[key.Name] {
-			deleted[key.Name] = true
-			var o client.Object = &corev1.ConfigMap{}
-			if key.Name == slice {
-				o = &discoveryv1.EndpointSlice{}
-			}
-			o.SetNamespace(sandbox)
-			o.SetName(key.Name)
-			require.NoError(t, client.IgnoreNotFound(c.Delete(ctx, o)))
-		}
-		return c.Get(ctx, key, obj, opts...)
-	}}))
+	reader, deleted := deletingOnFirstRead(t,
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: sandbox, Name: slice}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: sandbox, Name: "flags"}})
+	h.r = h.reconciler(reader)
 	run := veleroRun(t, "fr-owned", vb.Name, securityv1.ModeFullRestore, sandbox)
 	h.finish(run)
 	require.True(t, deleted[slice] && deleted["flags"])
@@ -286,6 +270,21 @@ func TestOwnedObjectLeftToItsController(t *testing.T) {
 	require.NoError(t, err, "details: %v", r.Spec.Details)
 	assert.GreaterOrEqual(t, left, 1)
 	assert.Equal(t, r.Spec.ObjectsExpected-1, r.Spec.ObjectsRestored)
+}
+
+// deletingOnFirstRead is a reader that deletes each of objs (as the garbage collector or a user
+// would) just before it is first read, and records by name what it deleted.
+func deletingOnFirstRead(t *testing.T, objs ...client.Object) (client.Reader, map[string]bool) {
+	deleted := map[string]bool{}
+	return interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		for _, o := range objs {
+			if client.ObjectKeyFromObject(o) == key && !deleted[key.Name] {
+				deleted[key.Name] = true
+				require.NoError(t, client.IgnoreNotFound(c.Delete(ctx, o)))
+			}
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}), deleted
 }
 
 // TestResumeAfterKill kills the verifier while its Restore is in flight; a new instance observes the

@@ -104,17 +104,15 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	if vb == nil {
 		return out
 	}
-	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8])
-	url, err := download.Request(ctx, c.Reader, c.Client, vb.Namespace, name,
-		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupContents, Name: vb.Name}, c.DownloadTimeout)
+	body, done, err := c.open(ctx, run, vb, "contents", velerov1.DownloadTargetKindBackupContents)
 	if err != nil {
 		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, err.Error())
 		return out
 	}
-	defer func() { _ = download.Cleanup(context.WithoutCancel(ctx), c.Client, vb.Namespace, name) }()
-	d, err := download.HashURL(ctx, c.HTTP, url)
+	d, err := download.Hash(body)
+	done()
 	if err != nil {
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, err.Error())
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, "reading from the object store: "+err.Error())
 		return out
 	}
 	out.ComputedChecksum, out.SizeBytes = d.Checksum(), d.SizeBytes
