@@ -2,14 +2,12 @@ module github.com/coffer-backup/coffer/core-controller
 
 go 1.26.0
 
-replace (
-	github.com/coffer-backup/coffer/apis => ../apis
-	github.com/coffer-backup/coffer/e2e => ../e2e
-)
+replace github.com/coffer-backup/coffer/apis => ../apis
 
 require (
 	github.com/coffer-backup/coffer/apis v0.0.0-00010101000000-000000000000
-	github.com/coffer-backup/coffer/e2e v0.0.0
+	github.com/coffer-backup/coffer/e2e/harness v0.0.0
+	github.com/go-logr/logr v1.4.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/robfig/cron/v3 v3.0.1
@@ -32,7 +30,6 @@ require (
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
-	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
@@ -86,3 +83,5 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+replace github.com/coffer-backup/coffer/e2e/harness => ../e2e/harness

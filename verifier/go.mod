@@ -4,8 +4,9 @@ go 1.26.0
 
 require (
 	github.com/coffer-backup/coffer/apis v0.0.0
-	github.com/coffer-backup/coffer/driver-velero v0.0.0
-	github.com/coffer-backup/coffer/e2e v0.0.0
+	github.com/coffer-backup/coffer/e2e/harness v0.0.0
+	github.com/coffer-backup/coffer/velerokit v0.0.0
+	github.com/go-logr/logr v1.4.4
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
@@ -18,6 +19,7 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
+	k8s.io/klog/v2 v2.140.0
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/controller-runtime v0.25.2
 )
@@ -35,7 +37,6 @@ require (
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
@@ -111,7 +112,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/ini.v1 v1.67.3 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect
-	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/kustomize/api v0.21.2 // indirect
@@ -123,10 +123,12 @@ require (
 
 replace (
 	github.com/coffer-backup/coffer/apis => ../apis
-	github.com/coffer-backup/coffer/driver-velero => ../driver-velero
-	github.com/coffer-backup/coffer/e2e => ../e2e
 	// Velero's own replace.
 	github.com/kopia/kopia => github.com/project-velero/kopia v0.0.0-20251230033609-d946b1e75197
 	// Velero requires k8s.io/cli-runtime v0.33.12, which the module proxy refuses; nothing here imports it.
 	k8s.io/cli-runtime => k8s.io/cli-runtime v0.33.10
 )
+
+replace github.com/coffer-backup/coffer/velerokit => ../velerokit
+
+replace github.com/coffer-backup/coffer/e2e/harness => ../e2e/harness

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
 // BenchmarkCreateCeiling measures how fast the local API server accepts N BackupJob creates from

@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/components"
-	"github.com/coffer-backup/coffer/e2e/conformance"
-	"github.com/coffer-backup/coffer/e2e/manifests"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/driverkit/conformance"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // driver-velero, built from its module and run as a process under its shipped RBAC, against a real
@@ -24,7 +24,7 @@ func TestDriverVeleroConforms(t *testing.T) {
 	ctx := context.Background()
 	root, err := manifests.RepoRoot()
 	require.NoError(t, err)
-	env, err := velerostack.StartEnv(ctx, "e2e/testdata")
+	env, err := velerostack.StartEnv(ctx, "e2e/harness/testdata")
 	require.NoError(t, err)
 	t.Cleanup(env.Stop)
 	require.NoError(t, manifests.InstallNodeless(ctx, env.Client, root))

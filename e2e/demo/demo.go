@@ -26,7 +26,7 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerov1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/golden"
-	"github.com/coffer-backup/coffer/e2e/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
 // Kinds are the ten Coffer kinds, as group/version and plural resource.

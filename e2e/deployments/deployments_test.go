@@ -6,7 +6,7 @@
 // by the kubelet, authorized by the shipped RBAC, no impersonation), and leader election decides
 // which replica works. The e2e overlay changes only the containers' imagePullPolicy (the images
 // are imported, never pulled) and where they find the apiserver (the node's IP, as no
-// kube-proxy routes the kubernetes Service). It needs root (see e2e/node), KUBEBUILDER_ASSETS
+// kube-proxy routes the kubernetes Service). It needs root (see e2e/harness/node), KUBEBUILDER_ASSETS
 // and COFFER_VELERO_ASSETS (for MinIO and Velero's CRDs): go test -tags e2e ./deployments/.
 package deployments
 
@@ -41,11 +41,11 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/images"
-	"github.com/coffer-backup/coffer/e2e/manifests"
-	"github.com/coffer-backup/coffer/e2e/node"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/images"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/node"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 const (
@@ -150,7 +150,7 @@ func start(t *testing.T, ctx context.Context) *env {
 	}
 
 	n, err := node.Start(ctx, node.Options{Images: archives, ServeToPods: true, Logf: t.Logf,
-		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
+		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "harness", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {

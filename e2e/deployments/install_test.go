@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/coffer-backup/coffer/e2e/images"
-	"github.com/coffer-backup/coffer/e2e/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/images"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
 // overlayTemplate is the e2e overlay of deploy/<component>: the images are those the test

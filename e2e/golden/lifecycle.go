@@ -22,7 +22,7 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // Application is the golden lifecycle's application: a Shop (a stand-in apps.cozystack.io kind)

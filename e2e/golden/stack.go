@@ -17,10 +17,10 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/components"
-	"github.com/coffer-backup/coffer/e2e/manifests"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // Options configure a stack.
@@ -84,7 +84,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.say("Starting etcd, kube-apiserver and kube-controller-manager (state and logs in %s)", dir)
 	s.Cluster, err = cluster.Start(ctx, cluster.Options{Dir: dir, ControllerManager: true, Output: log,
-		CRDDirectoryPaths: []string{filepath.Join(s.Root, "e2e", "testdata")}})
+		CRDDirectoryPaths: []string{filepath.Join(s.Root, "e2e", "harness", "testdata")}})
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,7 @@
 // Package jobdriver proves the Job driver on a real node: real batch/v1 Jobs, scheduled by
 // kube-scheduler, run by kubelet and containerd, execute coffer-agent (our image, built from its
 // static binary) against MinIO; driver-job runs as a process under its shipped RBAC. It needs
-// root (see e2e/node) and is part of `make e2e`.
+// root (see e2e/harness/node) and is part of `make e2e`.
 package jobdriver
 
 import (
@@ -33,13 +33,13 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/components"
-	"github.com/coffer-backup/coffer/e2e/conformance"
-	"github.com/coffer-backup/coffer/e2e/images"
-	"github.com/coffer-backup/coffer/e2e/manifests"
-	"github.com/coffer-backup/coffer/e2e/node"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/driverkit/conformance"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/images"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/node"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 const (
@@ -107,7 +107,7 @@ func start(t *testing.T, ctx context.Context) *env {
 	require.NoError(t, err)
 
 	n, err := node.Start(ctx, node.Options{Images: []string{img.Archive}, Logf: t.Logf,
-		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
+		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "harness", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {

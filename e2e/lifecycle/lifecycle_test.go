@@ -18,9 +18,9 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/components"
 	"github.com/coffer-backup/coffer/e2e/demo"
 	"github.com/coffer-backup/coffer/e2e/golden"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
 )
 
 func TestGoldenLifecycle(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coffer-backup/coffer/e2e/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
 func TestDriverBuildsAgainstTheApisModuleAlone(t *testing.T) {

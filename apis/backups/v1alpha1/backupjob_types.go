@@ -63,11 +63,35 @@ type BackupJobStatus struct {
 	// +kubebuilder:validation:MaxLength=32768
 	Message string `json:"message,omitempty"`
 
+	// strategy is what the claiming driver resolved the BackupClass to when it claimed the run. The
+	// driver finishes the run with it, so editing or deleting the class mid-run changes nothing for
+	// runs already claimed (contract rule BJ-9).
+	// +optional
+	Strategy *RunStrategy `json:"strategy,omitempty"`
+
 	// conditions: Accepted (a driver claimed the run) and Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RunStrategy records the strategy a run was claimed with.
+type RunStrategy struct {
+	// backupClassName is the BackupClass the strategy was resolved from.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	BackupClassName string `json:"backupClassName"`
+
+	// strategyRef is the driver strategy the run uses.
+	// +required
+	StrategyRef corev1.TypedLocalObjectReference `json:"strategyRef"`
+
+	// parameters are the class parameters for that strategy at claim time. Class parameters are
+	// not secret (contract GEN-10): they are shown to the tenant who owns the run.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Parameters map[string]string `json:"parameters,omitempty"`
 }
 
 // BackupJob is a single execution of a backup, created by a Plan or by hand.

@@ -101,3 +101,21 @@ func ResolutionReason(err error) string {
 	}
 	return ""
 }
+
+// Record returns the RunStrategy a claim stores for the resolution.
+func (r *ResolvedStrategy) Record() *RunStrategy {
+	params := make(map[string]string, len(r.Parameters))
+	for k, v := range r.Parameters {
+		params[k] = v
+	}
+	return &RunStrategy{BackupClassName: r.ClassName, StrategyRef: r.StrategyRef, Parameters: params}
+}
+
+// Resolved returns the resolution a claim recorded (Parameters never nil).
+func (s *RunStrategy) Resolved() *ResolvedStrategy {
+	params := make(map[string]string, len(s.Parameters))
+	for k, v := range s.Parameters {
+		params[k] = v
+	}
+	return &ResolvedStrategy{ClassName: s.BackupClassName, StrategyRef: s.StrategyRef, Parameters: params}
+}

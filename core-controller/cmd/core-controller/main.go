@@ -1,19 +1,19 @@
 // Command core-controller runs Coffer's core: it schedules Plans into BackupJobs, keeps history and
-// retention, and flags BackupJobs that no driver claims. It never executes a backup.
+// retention, and fails BackupJobs and RestoreJobs that no driver claims. It never executes a backup.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/clock"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -21,48 +21,66 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
-	"github.com/coffer-backup/coffer/core-controller/internal/backupjob"
+	"github.com/coffer-backup/coffer/core-controller/internal/controllers"
 	"github.com/coffer-backup/coffer/core-controller/internal/metrics"
-	"github.com/coffer-backup/coffer/core-controller/internal/plan"
 )
 
 func main() {
-	var o options
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
-	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
-	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
-	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
-	flag.DurationVar(&o.claimTimeout, "driver-claim-timeout", backupjob.DefaultClaimTimeout, "How long a BackupJob may wait for a driver before it is flagged Accepted=False (NoDriverClaimed).")
-	flag.Float64Var(&o.qps, "kube-api-qps", 100, "Queries per second to the API server.")
-	flag.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
-	flag.IntVar(&o.workers, "plan-workers", 8, "Plans reconciled in parallel.")
-	opts := zap.Options{}
-	opts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-
-	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	if err := run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), o); err != nil {
 		ctrl.Log.Error(err, "Core controller failed")
 		os.Exit(1)
 	}
 }
 
+// options is everything the flags set.
 type options struct {
 	metricsAddr, probeAddr, leaderNS string
 	leaderElect                      bool
-	claimTimeout                     time.Duration
 	qps                              float64
-	burst, workers                   int
+	burst                            int
+	controllers                      controllers.Options
+	zap                              zap.Options
 }
 
-func run(ctx context.Context, o options) error {
-	if o.claimTimeout <= 0 {
-		return fmt.Errorf("--driver-claim-timeout must be positive, got %s", o.claimTimeout)
+// parseFlags fills the options from the command line.
+func parseFlags(args []string) (options, error) {
+	o := options{controllers: controllers.DefaultOptions()}
+	fs := flag.NewFlagSet("core-controller", flag.ContinueOnError)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
+	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	fs.DurationVar(&o.controllers.ClaimTimeout, "driver-claim-timeout", o.controllers.ClaimTimeout,
+		"How long a BackupJob or RestoreJob may wait for a driver to claim it; then core fails it (phase Failed, Ready=False with the reason, e.g. NoDriverClaimed or BackupClassNotFound).")
+	fs.Float64Var(&o.qps, "kube-api-qps", 100, "Queries per second to the API server.")
+	fs.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
+	fs.IntVar(&o.controllers.PlanWorkers, "plan-workers", o.controllers.PlanWorkers, "Plans reconciled in parallel.")
+	o.zap.BindFlags(fs)
+	// controller-runtime registers --kubeconfig on the global flag set; ctrl.GetConfigOrDie reads it.
+	if f := flag.CommandLine.Lookup("kubeconfig"); f != nil {
+		fs.Var(f.Value, f.Name, f.Usage)
 	}
-	if o.workers < 1 {
-		return fmt.Errorf("--plan-workers must be at least 1, got %d", o.workers)
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
 	}
-	cfg := ctrl.GetConfigOrDie()
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if err := o.controllers.Validate(); err != nil {
+		return options{}, fmt.Errorf("invalid flags: %w", err)
+	}
+	return o, nil
+}
+
+// run starts the manager with core's controllers, metrics and probes, until ctx ends.
+func run(ctx context.Context, cfg *rest.Config, o options) error {
+	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -79,31 +97,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	clk := clock.RealClock{}
-	if err := (&plan.Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Clock:     clk,
-		Recorder:  mgr.GetEventRecorder("coffer-core-controller"),
-	}).SetupWithManager(ctx, mgr, o.workers); err != nil {
-		return fmt.Errorf("setting up the Plan controller: %w", err)
-	}
-	if err := (&backupjob.Reconciler{
-		Client:       mgr.GetClient(),
-		Clock:        clk,
-		Recorder:     mgr.GetEventRecorder("coffer-core-controller"),
-		ClaimTimeout: o.claimTimeout,
-		Started:      clk.Now(),
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the BackupJob controller: %w", err)
-	}
-	if err := (&backupjob.RestoreReconciler{
-		Client:       mgr.GetClient(),
-		Clock:        clk,
-		Recorder:     mgr.GetEventRecorder("coffer-core-controller"),
-		ClaimTimeout: o.claimTimeout,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the RestoreJob controller: %w", err)
+	if err := controllers.Setup(ctx, mgr, o.controllers); err != nil {
+		return err
 	}
 	if err := metrics.Register(ctrlmetrics.Registry, mgr.GetCache()); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
@@ -111,14 +106,15 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
-		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
-			return fmt.Errorf("informer caches not synced")
+	if err := mgr.AddReadyzCheck("readyz", func(r *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(r.Context()) {
+			return errors.New("caches not synced")
 		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	ctrl.Log.Info("Starting core controller", "driverClaimTimeout", o.claimTimeout, "leaderElection", o.leaderElect, "planWorkers", o.workers)
+	ctrl.Log.Info("Starting core controller", "driverClaimTimeout", o.controllers.ClaimTimeout,
+		"leaderElection", o.leaderElect, "planWorkers", o.controllers.PlanWorkers)
 	return mgr.Start(ctx)
 }

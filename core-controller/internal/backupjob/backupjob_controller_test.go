@@ -1,23 +1,30 @@
 package backupjob
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/core-controller/internal/metrics"
 	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
 )
 
@@ -33,20 +40,29 @@ type harness struct {
 	ns     string
 	clock  *clocktesting.FakeClock
 	events *events.FakeRecorder
+	logs   *bytes.Buffer
 	r      *Reconciler
 }
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, ctx: context.Background(), ns: env.Namespace(t), events: events.NewFakeRecorder(100)}
+	h := &harness{t: t, ns: env.Namespace(t), events: events.NewFakeRecorder(100), logs: &bytes.Buffer{}}
+	h.ctx = ctrl.LoggerInto(context.Background(), funcr.New(func(prefix, args string) {
+		h.logs.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{Verbosity: 1}))
 	h.clock = clocktesting.NewFakeClock(time.Now())
 	h.r = &Reconciler{Client: env.Client, Clock: h.clock, Recorder: h.events, ClaimTimeout: 5 * time.Minute, Started: time.Now().Add(-time.Hour)}
 	return h
 }
 
-func (h *harness) job(class string) *backupsv1.BackupJob {
+func (h *harness) job(class string) *backupsv1.BackupJob { return h.newJob(class, nil) }
+
+func (h *harness) newJob(class string, mutate func(*backupsv1.BackupJob)) *backupsv1.BackupJob {
 	j := &backupsv1.BackupJob{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-", Namespace: h.ns},
 		Spec:       backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "VirtualMachine", Name: "vm1"}, BackupClassName: class},
+	}
+	if mutate != nil {
+		mutate(j)
 	}
 	require.NoError(h.t, env.Client.Create(h.ctx, j))
 	h.clock.SetTime(j.CreationTimestamp.Time)
@@ -67,7 +83,11 @@ func createClass(t *testing.T, name string, strategies ...backupsv1.BackupClassS
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), c) })
 }
 
-func TestUnclaimedBackupJob(t *testing.T) {
+// A BackupJob no driver claims is failed once the claim timeout has passed (contract CORE-5):
+// phase Failed, Accepted=False and Ready=False with the reason (the class is missing, has no
+// strategy for the application, or resolves to a strategy kind whose driver did not take it), a
+// message saying what to fix, an event, a metric and a log line; it is never written again.
+func TestUnclaimedBackupJobFails(t *testing.T) {
 	createClass(t, "velero-vms", backupsv1.BackupClassStrategy{
 		Application: backupsv1.ApplicationSelector{Kind: "VirtualMachine"},
 		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "vm"},
@@ -77,64 +97,142 @@ func TestUnclaimedBackupJob(t *testing.T) {
 		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("jobdriver.backups.cozystack.io"), Kind: "JobBackupStrategy", Name: "pg"},
 	})
 	tests := []struct {
-		class string
-		msg   string
+		class  string
+		plan   string // the job's planRef, if any
+		reason string
+		msg    string
 	}{
-		{"velero-vms", `BackupClass "velero-vms" resolves to VeleroBackupStrategy "vm" (group velerodriver.backups.cozystack.io); is the driver for that strategy kind installed and running?`},
-		{"databases-only", `BackupClass "databases-only" has no strategy for applications of kind "VirtualMachine" in group "apps.cozystack.io"; add a strategy`},
-		{"missing", `BackupClass "missing" not found; create it or fix spec.backupClassName`},
+		{"velero-vms", "", backupsv1.ReasonNoDriverClaimed, `: BackupClass "velero-vms" resolves to VeleroBackupStrategy "vm" (group velerodriver.backups.cozystack.io), and no driver of that strategy kind took it; install or start that driver, or point the class at a strategy whose driver runs; then create a new BackupJob`},
+		{"databases-only", "", backupsv1.ReasonNoMatchingStrategy, `: BackupClass "databases-only" has no strategy for applications of kind "VirtualMachine" in group "apps.cozystack.io"; add a strategy for this application to the class or name an existing class; then create a new BackupJob`},
+		{"missing", "", backupsv1.ReasonBackupClassNotFound, `: BackupClass "missing" not found; create it or name an existing class; then create a new BackupJob`},
+		{"missing", "nightly", backupsv1.ReasonBackupClassNotFound, `: BackupClass "missing" not found; create it or set spec.backupClassName of Plan nightly to an existing class; Plan nightly creates a new BackupJob at its next tick`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.class, func(t *testing.T) {
+		t.Run(tt.class+"/"+tt.plan, func(t *testing.T) {
 			h := newHarness(t)
-			j := h.job(tt.class)
+			j := h.newJob(tt.class, func(j *backupsv1.BackupJob) {
+				if tt.plan != "" {
+					j.Spec.PlanRef = &corev1.LocalObjectReference{Name: tt.plan}
+				}
+			})
+			failed := testutil.ToFloat64(metrics.UnclaimedFailed.WithLabelValues(h.ns, "BackupJob", tt.reason))
 
 			h.clock.Step(time.Minute)
 			res := h.reconcile(j)
 			assert.Equal(t, 4*time.Minute, res.RequeueAfter, "waits out the claim timeout precisely")
 			assert.Empty(t, j.Status.Conditions)
+			assert.Empty(t, j.Status.Phase)
 
 			h.clock.Step(4*time.Minute + time.Second)
 			res = h.reconcile(j)
 			assert.Zero(t, res.RequeueAfter)
-			c := meta.FindStatusCondition(j.Status.Conditions, backupsv1.ConditionAccepted)
-			require.NotNil(t, c)
-			assert.Equal(t, metav1.ConditionFalse, c.Status)
-			assert.Equal(t, backupsv1.ReasonNoDriverClaimed, c.Reason)
-			assert.Equal(t, "No driver claimed this BackupJob within 5m0s", c.Message[:len("No driver claimed this BackupJob within 5m0s")])
-			assert.Contains(t, c.Message, tt.msg)
-			assert.Equal(t, backupsv1.BackupJobPending, j.Status.Phase, "flagged, not failed")
-			assert.Nil(t, j.Status.CompletedAt)
+			assert.Equal(t, backupsv1.BackupJobFailed, j.Status.Phase, "failed, so that it blocks nothing")
+			require.NotNil(t, j.Status.CompletedAt)
+			assert.Nil(t, j.Status.StartedAt, "it never started")
+			assert.Equal(t, "No driver claimed this BackupJob within 5m0s"+tt.msg, j.Status.Message)
+			assert.Equal(t, j.Generation, j.Status.ObservedGeneration)
+			for _, typ := range []string{backupsv1.ConditionAccepted, backupsv1.ConditionReady} {
+				c := meta.FindStatusCondition(j.Status.Conditions, typ)
+				require.NotNil(t, c, typ)
+				assert.Equal(t, metav1.ConditionFalse, c.Status, typ)
+				assert.Equal(t, tt.reason, c.Reason, typ)
+				assert.Equal(t, j.Status.Message, c.Message, typ)
+				assert.Equal(t, j.Generation, c.ObservedGeneration, typ)
+			}
 			ev := <-h.events.Events
-			assert.True(t, strings.HasPrefix(ev, "Warning NoDriverClaimed No driver claimed"), ev)
+			assert.True(t, strings.HasPrefix(ev, "Warning "+tt.reason+" No driver claimed"), ev)
+			assert.Equal(t, failed+1, testutil.ToFloat64(metrics.UnclaimedFailed.WithLabelValues(h.ns, "BackupJob", tt.reason)))
+			assert.Contains(t, h.logs.String(), `"msg"="Failed unclaimed BackupJob" "backupJob"={"name"="`+j.Name+`" "namespace"="`+h.ns+`"} "reason"="`+tt.reason+`"`)
 
 			rv := j.ResourceVersion
-			h.reconcile(j)
-			assert.Equal(t, rv, j.ResourceVersion, "said once")
-
-			// A driver installed later claims it; core leaves it alone from then on.
-			meta.SetStatusCondition(&j.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonClaimed, Message: "claimed"})
-			j.Status.Phase = backupsv1.BackupJobRunning
-			j.Status.StartedAt = &metav1.Time{Time: h.clock.Now()}
-			require.NoError(t, env.Client.Status().Update(h.ctx, j))
-			rv = j.ResourceVersion
 			h.clock.Step(time.Hour)
 			h.reconcile(j)
-			assert.Equal(t, rv, j.ResourceVersion)
-			assert.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(j.Status.Conditions, backupsv1.ConditionAccepted).Status)
+			assert.Equal(t, rv, j.ResourceVersion, "a failed BackupJob is never written again")
+			assert.Empty(t, h.events.Events)
 		})
 	}
 }
 
-func TestClaimedJobIsNeverFlagged(t *testing.T) {
+// A driver's claim and core's failure race for one BackupJob: exactly one lands.
+func TestClaimRacesFailure(t *testing.T) {
+	t.Run("the driver claims between core's read and its write: the claim wins", func(t *testing.T) {
+		h := newHarness(t)
+		j := h.job("missing")
+		h.clock.Step(time.Hour)
+		h.r.Client = interceptor.NewClient(env.Client, interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				driver := &backupsv1.BackupJob{}
+				require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(obj), driver))
+				driver.MarkRunning(metav1.Now(), "coffer-driver-velero")
+				require.NoError(t, c.Status().Update(ctx, driver))
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		})
+		res, err := h.r.Reconcile(h.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(j)})
+		require.NoError(t, err, "a lost race is no error")
+		assert.Equal(t, time.Second, res.RequeueAfter, "looked at again")
+		require.NoError(t, env.Client.Get(h.ctx, client.ObjectKeyFromObject(j), j))
+		assert.Equal(t, backupsv1.BackupJobRunning, j.Status.Phase)
+		assert.Equal(t, "coffer-driver-velero", j.ClaimedBy())
+		assert.Nil(t, j.Status.CompletedAt)
+		assert.Nil(t, meta.FindStatusCondition(j.Status.Conditions, backupsv1.ConditionReady))
+		assert.Empty(t, h.events.Events, "no failure reported")
+		assert.NotContains(t, h.logs.String(), "Failed unclaimed BackupJob")
+
+		h.r.Client = env.Client
+		rv := j.ResourceVersion
+		h.reconcile(j)
+		assert.Equal(t, rv, j.ResourceVersion, "the retry sees the claim and writes nothing")
+	})
+	t.Run("core fails first: a claim from the same read is refused", func(t *testing.T) {
+		h := newHarness(t)
+		j := h.job("missing")
+		driverView := j.DeepCopy()
+		h.clock.Step(time.Hour)
+		h.reconcile(j)
+		require.Equal(t, backupsv1.BackupJobFailed, j.Status.Phase)
+		driverView.MarkRunning(metav1.Now(), "coffer-driver-velero")
+		err := env.Client.Status().Update(h.ctx, driverView)
+		require.True(t, apierrors.IsConflict(err), "the driver's claim, written with an optimistic lock, is refused: %v", err)
+		require.NoError(t, env.Client.Get(h.ctx, client.ObjectKeyFromObject(j), j))
+		assert.Equal(t, backupsv1.BackupJobFailed, j.Status.Phase)
+		assert.Empty(t, j.ClaimedBy())
+	})
+}
+
+// After a restart, a BackupJob created long ago gets a whole claim timeout from the start: the
+// drivers coming back with core may still claim it.
+func TestClaimTimeoutCountsFromStart(t *testing.T) {
 	h := newHarness(t)
-	j := h.job("any")
-	j.Status.Phase = backupsv1.BackupJobRunning
-	require.NoError(t, env.Client.Status().Update(h.ctx, j))
-	rv := j.ResourceVersion
-	h.clock.Step(time.Hour)
+	j := h.job("missing")
+	h.r.Started = j.CreationTimestamp.Add(time.Hour)
+	h.clock.SetTime(h.r.Started.Add(time.Minute))
+	res := h.reconcile(j)
+	assert.Equal(t, 4*time.Minute, res.RequeueAfter)
+	assert.Empty(t, j.Status.Phase)
+	h.clock.Step(4 * time.Minute)
 	h.reconcile(j)
-	assert.Equal(t, rv, j.ResourceVersion)
+	assert.Equal(t, backupsv1.BackupJobFailed, j.Status.Phase)
+}
+
+// A BackupJob a driver claimed after core could have failed it (phase Running, or Accepted=True
+// alone) is the driver's.
+func TestClaimedJobIsNeverFailed(t *testing.T) {
+	for name, claim := range map[string]func(*backupsv1.BackupJob){
+		"Running":       func(j *backupsv1.BackupJob) { j.Status.Phase = backupsv1.BackupJobRunning },
+		"Accepted=True": func(j *backupsv1.BackupJob) { j.MarkRunning(metav1.Now(), "third-party"); j.Status.Phase = "" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			j := h.job("missing")
+			claim(j)
+			require.NoError(t, env.Client.Status().Update(h.ctx, j))
+			rv := j.ResourceVersion
+			h.clock.Step(time.Hour)
+			h.reconcile(j)
+			assert.Equal(t, rv, j.ResourceVersion)
+		})
+	}
 }
 
 func TestDurationObservedOncePerRun(t *testing.T) {

@@ -21,6 +21,14 @@ var JobDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: prometheus.ExponentialBuckets(1, 2, 16),
 }, []string{"outcome"})
 
+// UnclaimedFailed counts the runs core failed because no driver claimed them within the claim
+// timeout, by namespace, kind (BackupJob or RestoreJob) and the reason of their Ready=False
+// condition.
+var UnclaimedFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "coffer_unclaimed_runs_failed_total",
+	Help: "Runs (BackupJobs, RestoreJobs) that core failed because no driver claimed them within the claim timeout, by namespace, kind and reason.",
+}, []string{"namespace", "kind", "reason"})
+
 var (
 	lastSuccessDesc = prometheus.NewDesc("coffer_plan_last_successful_time_seconds",
 		"Unix time at which the newest successful BackupJob of the Plan completed.", []string{"namespace", "plan"}, nil)
@@ -102,6 +110,9 @@ func timeOf(t *metav1.Time) *time.Time {
 // Register adds the core metrics to reg.
 func Register(reg prometheus.Registerer, reader client.Reader) error {
 	if err := reg.Register(JobDuration); err != nil {
+		return err
+	}
+	if err := reg.Register(UnclaimedFailed); err != nil {
 		return err
 	}
 	return reg.Register(&Collector{Reader: reader})

@@ -6,6 +6,10 @@ package plan
 
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans/status,verbs=get;update;patch
+// The BackupJobs a Plan creates carry an ownerReference to it with blockOwnerDeletion, which the
+// OwnerReferencesPermissionEnforcement admission plugin allows only to who may update the Plan's
+// finalizers.
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans/finalizers,verbs=update
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

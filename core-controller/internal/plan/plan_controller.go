@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,16 +50,29 @@ type scope struct {
 	plan *backupsv1.Plan
 	orig *backupsv1.Plan
 	now  time.Time
-	jobs []backupsv1.BackupJob // this Plan's BackupJobs
+	log  logr.Logger
+	// result is what the reconcile returns when every phase succeeded.
+	result reconcile.Result
+	jobs   []backupsv1.BackupJob // this Plan's BackupJobs
 	// sched is the parsed schedule, or nil with schedErr set when it does not parse.
 	sched    *schedule.Schedule
 	schedErr error
-	// deferStatus skips this reconcile's status write: a tick just created its BackupJob, and the
+	// deferStatus skips this reconcile's status write: a tick's BackupJob could not be created (the
+	// retry starts from the same status), or a tick just created its BackupJob, and the
 	// reconcile its creation triggers records it. Under load this puts every due create ahead of
 	// every status write in the work queue.
 	deferStatus bool
 	// recordedFromJobs is set when this reconcile learnt a fired tick from the BackupJobs.
 	recordedFromJobs bool
+	// announcements report the status transitions of this reconcile (a log line, an event); they
+	// run once the status write landed, so that a refused write and its retry say it once.
+	announcements []func()
+}
+
+// phase is one step of a reconcile; a phase ends the reconcile by returning an error.
+type phase struct {
+	name string
+	run  func(context.Context, *scope) error
 }
 
 // Reconcile runs the phases of a Plan and writes its status once.
@@ -70,32 +84,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if !plan.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	s := &scope{plan: plan, orig: plan.DeepCopy(), now: r.Clock.Now()}
+	s := &scope{plan: plan, orig: plan.DeepCopy(), now: r.Clock.Now(), log: ctrl.LoggerFrom(ctx)}
 	s.sched, s.schedErr = schedule.Parse(plan.Spec.Schedule)
 	defer func() {
-		if err := r.patchStatus(ctx, s); err != nil && retErr == nil {
+		if err := r.patchStatus(ctx, s, retErr == nil); err != nil && retErr == nil {
 			res, retErr = reconcile.Result{}, err
 		}
 	}()
 
-	for _, phase := range []func(context.Context, *scope) error{r.loadJobs, r.pruneHistory, r.applyRetention} {
-		if err := phase(ctx, s); err != nil {
+	for _, p := range []phase{
+		{"loadJobs", r.loadJobs},
+		{"pruneHistory", r.pruneHistory},
+		{"applyRetention", r.applyRetention},
+		{"schedule", r.schedule},
+	} {
+		s.log.V(1).Info("Plan phase", "plan", klog.KObj(plan), "phase", p.name)
+		if err := p.run(ctx, s); err != nil {
+			s.log.V(1).Info("Plan phase failed", "plan", klog.KObj(plan), "phase", p.name, "error", err.Error())
 			return reconcile.Result{}, err
 		}
 	}
-	return r.schedule(ctx, s)
+	return s.result, nil
 }
 
-func (r *Reconciler) patchStatus(ctx context.Context, s *scope) error {
-	if s.deferStatus || apiequality.Semantic.DeepEqual(s.orig.Status, s.plan.Status) {
-		return nil
+// patchStatus writes the status changes of one reconcile, if any, with an optimistic lock (a
+// write from a stale view is refused). A reconcile whose phases all succeeded stamps
+// observedGeneration: the status then describes that generation of the spec.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope, complete bool) error {
+	if !s.deferStatus {
+		if complete {
+			s.plan.Status.ObservedGeneration = s.plan.Generation
+		}
+		if !apiequality.Semantic.DeepEqual(s.orig.Status, s.plan.Status) {
+			patch := client.MergeFromWithOptions(s.orig, client.MergeFromWithOptimisticLock{})
+			if err := r.Client.Status().Patch(ctx, s.plan, patch); err != nil {
+				s.log.V(1).Info("Plan status write refused; the retry says what changed", "plan", klog.KObj(s.plan), "error", err.Error())
+				return fmt.Errorf("patching Plan status: %w", err)
+			}
+		}
 	}
-	patch := client.MergeFromWithOptions(s.orig, client.MergeFromWithOptimisticLock{})
-	if err := r.Client.Status().Patch(ctx, s.plan, patch); err != nil {
-		return fmt.Errorf("patching Plan status: %w", err)
+	for _, announce := range s.announcements {
+		announce()
 	}
 	return nil
 }
+
+// announce queues a report of a status transition until the status write landed.
+func (s *scope) announce(f func()) { s.announcements = append(s.announcements, f) }
 
 // loadJobs lists the BackupJobs this Plan controls and derives active and lastSuccessfulTime.
 func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
@@ -131,15 +166,20 @@ func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
 			if s.sched != nil {
 				from := since(s.plan)
 				if due := s.sched.DueAt(from, tick); due.Tick != nil {
-					missed := due.Missed - jobsBetween(s.jobs, from, tick)
-					if missed > 0 {
-						r.skip(s, tick.Add(-time.Nanosecond), missed, backupsv1.ReasonMissedDeadline,
+					fired := jobsBetween(s.jobs, from, tick)
+					if missed := due.Missed - fired; missed > 0 {
+						last := tick.Add(-time.Nanosecond)
+						if due.LastMissed != nil && fired == 0 {
+							last = *due.LastMissed
+						}
+						r.skip(s, last, missed, backupsv1.ReasonMissedDeadline,
 							fmt.Sprintf("%d tick(s) before %s were missed (the controller was not running)", missed, tick.UTC().Format(time.RFC3339)))
 					}
 				}
 			}
 			s.plan.Status.LastScheduleTime = &metav1.Time{Time: tick}
 			s.recordedFromJobs = true
+			s.log.V(1).Info("Recorded the tick of the newest BackupJob", "plan", klog.KObj(s.plan), "backupJob", klog.KRef(s.plan.Namespace, name), "tick", tick.UTC().Format(time.RFC3339))
 			if skipped := s.plan.Status.LastSkippedTime; skipped == nil || skipped.Time.Before(tick) {
 				r.setCondition(s, backupsv1.ConditionTickSkipped, metav1.ConditionFalse, backupsv1.ReasonTickFired,
 					fmt.Sprintf("The tick at %s created BackupJob %s", tick.UTC().Format(time.RFC3339), name))
@@ -175,7 +215,7 @@ func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
 			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting BackupJob %s beyond the history limit: %w", j.Name, err)
 			}
-			ctrl.LoggerFrom(ctx).V(1).Info("Deleted BackupJob beyond the history limit", "backupJob", klog.KObj(j), "phase", phase, "limit", limit)
+			s.log.V(1).Info("Deleted BackupJob beyond the history limit", "plan", klog.KObj(s.plan), "backupJob", klog.KObj(j), "phase", phase, "limit", limit)
 		}
 	}
 	return nil
@@ -251,6 +291,7 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 		if err != nil {
 			return fmt.Errorf("pruning Backup %s: %w", b.Name, err)
 		}
+		s.log.Info("Pruned Backup", "plan", klog.KObj(s.plan), "backup", klog.KObj(b), "takenAt", b.Spec.TakenAt.UTC().Format(time.RFC3339), "rule", d.Reason)
 		r.Recorder.Eventf(s.plan, b, corev1.EventTypeNormal, EventBackupPruned, "Prune", "Pruned Backup %s: %s", b.Name, d.Reason)
 		if s.plan.Status.LastBackupRef != nil && s.plan.Status.LastBackupRef.Name == b.Name {
 			s.plan.Status.LastBackupRef = nil
@@ -259,8 +300,14 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// schedule fires the due tick, if any, exactly once, and requeues at the next tick.
-func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, error) {
+// schedule fires the due tick, if any, exactly once, and requeues at the next tick (s.result).
+//
+// Nothing that would keep a tick from firing is recorded before its BackupJob exists: the ticks
+// missed before it are recorded only once the create succeeded (or found the BackupJob an earlier
+// attempt made), so a failed create leaves the tick due and the next reconcile retries it. The
+// BackupJob's name is deterministic per tick, so a create retried after a crash or a lost answer
+// finds it and adopts it instead of making a second one.
+func (r *Reconciler) schedule(ctx context.Context, s *scope) error {
 	plan := s.plan
 	sched, err := s.sched, s.schedErr
 	if err != nil {
@@ -268,73 +315,98 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) (reconcile.Result, 
 		if serr, ok := err.(*schedule.Error); ok {
 			reason = serr.Reason
 		}
-		if r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionFalse, reason, err.Error()) {
-			r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, reason, "Schedule", "%s", err.Error())
+		msg := err.Error()
+		if r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionFalse, reason, msg) {
+			s.announce(func() {
+				s.log.Info("Plan is invalid", "plan", klog.KObj(plan), "reason", reason, "message", msg)
+				r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, reason, "Schedule", "%s", msg)
+			})
 		}
 		plan.Status.NextScheduleTime = nil
 		// Invalid input: wait for the spec to change, do not requeue in a loop.
-		return reconcile.Result{}, nil
+		return nil
 	}
 	if ptrOr(plan.Spec.Suspend, false) {
-		r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionFalse, backupsv1.ReasonSuspended,
-			"The Plan is suspended; no BackupJobs are created, and ticks missed meanwhile never fire")
+		if r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionFalse, backupsv1.ReasonSuspended,
+			"The Plan is suspended; no BackupJobs are created, and ticks missed meanwhile never fire") {
+			s.announce(func() { s.log.Info("Plan suspended", "plan", klog.KObj(plan)) })
+		}
 		plan.Status.NextScheduleTime = nil
-		plan.Status.ObservedGeneration = plan.Generation
-		return reconcile.Result{}, nil
+		return nil
 	}
 	// Ticks that passed while the Plan was suspended or invalid are discarded, not fired in a burst.
 	anchor := since(plan)
 	if prev := meta.FindStatusCondition(plan.Status.Conditions, backupsv1.ConditionReady); prev != nil && prev.Status != metav1.ConditionTrue {
 		anchor = s.now
 	}
-	r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionTrue, backupsv1.ReasonScheduling, "The Plan is scheduling")
+	if r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionTrue, backupsv1.ReasonScheduling, "The Plan is scheduling") {
+		s.log.V(1).Info("Plan scheduling", "plan", klog.KObj(plan))
+	}
 
 	due := sched.DueAt(anchor, s.now)
 	plan.Status.NextScheduleTime = &metav1.Time{Time: due.Next}
-	requeue := reconcile.Result{RequeueAfter: due.Next.Sub(s.now)}
+	s.result = reconcile.Result{RequeueAfter: due.Next.Sub(s.now)}
 	if due.Tick == nil {
-		plan.Status.ObservedGeneration = plan.Generation
-		return requeue, nil
+		return nil
 	}
 	tick := *due.Tick
 
-	// Ticks before the most recent one never fire.
-	if due.Missed > 0 {
-		bound := ""
-		if due.MissedIsLowerBound {
-			bound = "at least "
-		}
-		r.skip(s, tick, due.Missed, backupsv1.ReasonMissedDeadline,
-			fmt.Sprintf("%s%d tick(s) before %s were missed (the controller was not running); at most the most recent missed tick fires",
-				bound, due.Missed, tick.Format(time.RFC3339)))
-	}
 	if d := plan.Spec.StartingDeadlineSeconds; d != nil && s.now.Sub(tick) > time.Duration(*d)*time.Second {
+		r.recordMissed(s, due)
 		r.skip(s, tick, 1, backupsv1.ReasonMissedDeadline,
 			fmt.Sprintf("The tick at %s was missed by %s, more than startingDeadlineSeconds (%ds)",
 				tick.Format(time.RFC3339), s.now.Sub(tick).Round(time.Second), *d))
-		plan.Status.ObservedGeneration = plan.Generation
-		return requeue, nil
+		return nil
 	}
 	if plan.Spec.ConcurrencyPolicy != backupsv1.ConcurrencyAllow && len(plan.Status.Active) > 0 {
+		r.recordMissed(s, due)
 		r.skip(s, tick, 1, backupsv1.ReasonConcurrencyForbidden,
 			fmt.Sprintf("The tick at %s was skipped: BackupJob %s is still running and concurrencyPolicy is Forbid",
 				tick.Format(time.RFC3339), plan.Status.Active[0].Name))
-		plan.Status.ObservedGeneration = plan.Generation
-		return requeue, nil
+		return nil
 	}
 
-	job, err := r.createJob(ctx, plan, tick)
+	job, created, err := r.createJob(ctx, s, tick)
 	if err != nil {
-		return reconcile.Result{}, err
+		// Nothing is written: the tick stays due and the retry, starting from the same status,
+		// fires it (a Ready=True transition written now would discard it as a tick of the time
+		// the Plan was not ready).
+		s.result = reconcile.Result{}
+		s.deferStatus, s.announcements = true, nil
+		return err
 	}
 	if job == nil { // the name is taken by a foreign object: no status advance
-		return reconcile.Result{RequeueAfter: time.Minute}, nil
+		s.result = reconcile.Result{RequeueAfter: time.Minute}
+		return nil
 	}
+	// Ticks before the most recent one never fire; now that it has, count them.
+	r.recordMissed(s, due)
+	s.announce(func() {
+		s.log.Info("Tick fired", "plan", klog.KObj(plan), "tick", tick.UTC().Format(time.RFC3339), "backupJob", klog.KObj(job), "adopted", !created, "missedBefore", due.Missed)
+	})
 	r.recordFired(s, tick, job, due.Missed)
 	// Nothing else to say this time: leave the status to the reconcile the new BackupJob triggers.
 	s.deferStatus = due.Missed == 0 && !s.recordedFromJobs &&
 		apiequality.Semantic.DeepEqual(withoutFire(s.orig.Status), withoutFire(s.plan.Status))
-	return requeue, nil
+	return nil
+}
+
+// recordMissed records the ticks before due.Tick that will never fire.
+func (r *Reconciler) recordMissed(s *scope, due schedule.Due) {
+	if due.Missed == 0 {
+		return
+	}
+	bound := ""
+	if due.MissedIsLowerBound {
+		bound = "at least "
+	}
+	last := due.Tick.Add(-time.Nanosecond)
+	if due.LastMissed != nil {
+		last = *due.LastMissed
+	}
+	r.skip(s, last, due.Missed, backupsv1.ReasonMissedDeadline,
+		fmt.Sprintf("%s%d tick(s) before %s were missed (the controller was not running); at most the most recent missed tick fires",
+			bound, due.Missed, due.Tick.Format(time.RFC3339)))
 }
 
 // withoutFire is a status without what recording a fire changes, to tell whether a reconcile that
@@ -358,7 +430,6 @@ func (r *Reconciler) recordFired(s *scope, tick time.Time, job *backupsv1.Backup
 		r.setCondition(s, backupsv1.ConditionTickSkipped, metav1.ConditionFalse, backupsv1.ReasonTickFired,
 			fmt.Sprintf("The tick at %s created BackupJob %s", tick.Format(time.RFC3339), job.Name))
 	}
-	plan.Status.ObservedGeneration = plan.Generation
 }
 
 // since is the instant up to which every tick has been dealt with: fired, skipped, or discarded
@@ -384,13 +455,17 @@ func (r *Reconciler) skip(s *scope, tick time.Time, n int64, reason, msg string)
 		s.plan.Status.LastSkippedTime = &metav1.Time{Time: tick}
 	}
 	r.setCondition(s, backupsv1.ConditionTickSkipped, metav1.ConditionTrue, reason, msg)
-	r.Recorder.Eventf(s.plan, nil, corev1.EventTypeWarning, EventTickSkipped, "Schedule", "%s", msg)
+	s.announce(func() {
+		s.log.Info("Tick skipped", "plan", klog.KObj(s.plan), "tick", tick.UTC().Format(time.RFC3339), "count", n, "reason", reason, "message", msg)
+		r.Recorder.Eventf(s.plan, nil, corev1.EventTypeWarning, EventTickSkipped, "Schedule", "%s", msg)
+	})
 }
 
-// createJob creates the BackupJob of tick, or adopts it when this Plan already created it. It
-// returns nil, without error, when the name is held by an object this Plan does not control.
-func (r *Reconciler) createJob(ctx context.Context, plan *backupsv1.Plan, tick time.Time) (*backupsv1.BackupJob, error) {
-	job := &backupsv1.BackupJob{
+// createJob creates the BackupJob of tick (created), or adopts it when this Plan already created
+// it. It returns nil, without error, when the name is held by an object this Plan does not control.
+func (r *Reconciler) createJob(ctx context.Context, s *scope, tick time.Time) (job *backupsv1.BackupJob, created bool, err error) {
+	plan := s.plan
+	job = &backupsv1.BackupJob{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        backupsv1.PlanBackupJobName(plan.Name, tick),
 			Namespace:   plan.Namespace,
@@ -404,30 +479,31 @@ func (r *Reconciler) createJob(ctx context.Context, plan *backupsv1.Plan, tick t
 		},
 	}
 	if err := controllerutil.SetControllerReference(plan, job, r.Client.Scheme()); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	err := r.Client.Create(ctx, job)
+	err = r.Client.Create(ctx, job)
 	if err == nil {
-		ctrl.LoggerFrom(ctx).Info("Created BackupJob", "backupJob", klog.KObj(job), "tick", tick)
+		s.log.Info("Created BackupJob", "plan", klog.KObj(plan), "backupJob", klog.KObj(job), "tick", tick.UTC().Format(time.RFC3339))
 		r.Recorder.Eventf(plan, job, corev1.EventTypeNormal, EventBackupJobCreated, "Schedule",
 			"Created BackupJob %s for the tick at %s", job.Name, tick.Format(time.RFC3339))
-		return job, nil
+		return job, true, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating BackupJob %s: %w", job.Name, err)
+		return nil, false, fmt.Errorf("creating BackupJob %s: %w", job.Name, err)
 	}
 	existing := &backupsv1.BackupJob{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(job), existing); err != nil {
-		return nil, fmt.Errorf("reading the existing BackupJob %s: %w", job.Name, err)
+		return nil, false, fmt.Errorf("reading the existing BackupJob %s: %w", job.Name, err)
 	}
 	if metav1.IsControlledBy(existing, plan) && existing.Labels[backupsv1.LabelPlan] == backupsv1.PlanLabelValue(plan.Name) {
-		return existing, nil // created by an earlier attempt at this tick: adopt
+		s.log.V(1).Info("Adopted the BackupJob an earlier attempt at the tick created", "plan", klog.KObj(plan), "backupJob", klog.KObj(existing), "tick", tick.UTC().Format(time.RFC3339))
+		return existing, false, nil
 	}
 	msg := fmt.Sprintf("BackupJob %s, the name of the tick at %s, exists and does not belong to this Plan; delete or rename it and the tick fires",
 		job.Name, tick.Format(time.RFC3339))
-	ctrl.LoggerFrom(ctx).Info("BackupJob name taken by a foreign object", "backupJob", klog.KObj(existing), "tick", tick)
+	s.log.Info("BackupJob name taken by a foreign object", "plan", klog.KObj(plan), "backupJob", klog.KObj(existing), "tick", tick.UTC().Format(time.RFC3339))
 	r.Recorder.Eventf(plan, existing, corev1.EventTypeWarning, backupsv1.ReasonNameConflict, "Schedule", "%s", msg)
-	return nil, nil
+	return nil, false, nil
 }
 
 // setCondition sets a condition and reports whether its status or reason changed.

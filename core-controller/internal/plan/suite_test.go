@@ -1,16 +1,19 @@
 package plan
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -29,13 +32,18 @@ type harness struct {
 	ns     string
 	clock  *clocktesting.FakeClock
 	events *events.FakeRecorder
-	r      *Reconciler
-	plan   *backupsv1.Plan
+	// logs holds what the reconciler logged, V(1) included, one line per call.
+	logs *bytes.Buffer
+	r    *Reconciler
+	plan *backupsv1.Plan
 }
 
 func newHarness(t *testing.T, mutate func(*backupsv1.Plan)) *harness {
 	t.Helper()
-	h := &harness{t: t, ctx: context.Background(), ns: env.Namespace(t), events: events.NewFakeRecorder(100)}
+	h := &harness{t: t, ns: env.Namespace(t), events: events.NewFakeRecorder(100), logs: &bytes.Buffer{}}
+	h.ctx = ctrl.LoggerInto(context.Background(), funcr.New(func(prefix, args string) {
+		h.logs.WriteString(args + "\n")
+	}, funcr.Options{Verbosity: 1}))
 	h.plan = &backupsv1.Plan{
 		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: h.ns},
 		Spec: backupsv1.PlanSpec{

@@ -88,6 +88,8 @@ type Due struct {
 	Tick *time.Time
 	// Missed counts the older ticks in (since, Tick) that will never fire.
 	Missed int64
+	// LastMissed is the newest of the missed ticks (the one just before Tick), when Missed > 0.
+	LastMissed *time.Time
 	// MissedIsLowerBound is set when there were too many ticks to count.
 	MissedIsLowerBound bool
 	// Next is the first tick after now.
@@ -107,6 +109,7 @@ func (s *Schedule) DueAt(since, now time.Time) Due {
 		}
 		if last != nil {
 			d.Missed++
+			d.LastMissed = last
 		}
 		tt := t
 		last = &tt
@@ -114,6 +117,9 @@ func (s *Schedule) DueAt(since, now time.Time) Due {
 	if d.MissedIsLowerBound {
 		if recent := s.lastBefore(now); !recent.IsZero() {
 			last = &recent
+			if prev := s.lastBefore(recent.Add(-time.Nanosecond)); !prev.IsZero() {
+				d.LastMissed = &prev
+			}
 		}
 	}
 	d.Tick = last

@@ -63,12 +63,13 @@ func TestDueAt(t *testing.T) {
 		since, now string
 		tick       string // empty: nothing due
 		missed     int64
+		lastMissed string // empty: none
 		next       string
 	}{
 		{name: "before the first tick", since: "2026-01-01T10:00:00Z", now: "2026-01-01T10:59:59Z", next: "2026-01-01T11:00:00Z"},
 		{name: "exactly at the tick", since: "2026-01-01T10:00:00Z", now: "2026-01-01T11:00:00Z", tick: "2026-01-01T11:00:00Z", next: "2026-01-01T12:00:00Z"},
 		{name: "the tick already dealt with", since: "2026-01-01T11:00:00Z", now: "2026-01-01T11:30:00Z", next: "2026-01-01T12:00:00Z"},
-		{name: "three ticks missed, the last fires", since: "2026-01-01T10:00:00Z", now: "2026-01-01T13:10:00Z", tick: "2026-01-01T13:00:00Z", missed: 2, next: "2026-01-01T14:00:00Z"},
+		{name: "three ticks missed, the last fires", since: "2026-01-01T10:00:00Z", now: "2026-01-01T13:10:00Z", tick: "2026-01-01T13:00:00Z", missed: 2, lastMissed: "2026-01-01T12:00:00Z", next: "2026-01-01T14:00:00Z"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,6 +81,11 @@ func TestDueAt(t *testing.T) {
 				assert.Equal(t, mustTime(t, tt.tick), *d.Tick)
 			}
 			assert.Equal(t, tt.missed, d.Missed)
+			if tt.lastMissed == "" {
+				assert.Nil(t, d.LastMissed)
+			} else if assert.NotNil(t, d.LastMissed, "the newest missed tick") {
+				assert.Equal(t, mustTime(t, tt.lastMissed), *d.LastMissed)
+			}
 			assert.False(t, d.MissedIsLowerBound)
 			assert.Equal(t, mustTime(t, tt.next), d.Next)
 		})
@@ -96,6 +102,8 @@ func TestDueAtManyMissedTicks(t *testing.T) {
 	assert.Equal(t, mustTime(t, "2026-01-01T00:00:00Z"), *d.Tick, "the most recent tick is still found")
 	assert.True(t, d.MissedIsLowerBound)
 	assert.GreaterOrEqual(t, d.Missed, int64(maxTickScan-1))
+	require.NotNil(t, d.LastMissed)
+	assert.Equal(t, mustTime(t, "2025-12-31T23:59:00Z"), *d.LastMissed, "the newest missed tick, just before the one that fires")
 }
 
 // TestDaylightSaving checks a daily 02:30 schedule in Europe/Berlin across both changes of 2026:

@@ -14,7 +14,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // agentRun is how a run of the binary ended.

@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 
 	"k8s.io/utils/clock"
@@ -18,31 +20,40 @@ import (
 	"github.com/coffer-backup/coffer/driver-job/internal/driver"
 )
 
+// options are the command's flags.
+type options struct {
+	metricsAddr, probeAddr, leaderNS string
+	leaderElect                      bool
+	zap                              zap.Options
+}
+
+func (o *options) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
+	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	o.zap.BindFlags(fs)
+}
+
 func main() {
-	var metricsAddr, probeAddr, leaderNS string
-	var leaderElect bool
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
-	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
-	opts := zap.Options{}
-	opts.BindFlags(flag.CommandLine)
+	var o options
+	o.bind(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-	if err := run(ctrl.SetupSignalHandler(), metricsAddr, probeAddr, leaderNS, leaderElect); err != nil {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		ctrl.Log.Error(err, "Job driver failed")
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, metricsAddr, probeAddr, leaderNS string, leaderElect bool) error {
+func run(ctx context.Context, o options) error {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  driver.Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "driver-job.backups.cozystack.io",
-		LeaderElectionNamespace: leaderNS,
+		LeaderElectionNamespace: o.leaderNS,
 		Cache:                   driver.CacheOptions(),
 	})
 	if err != nil {
@@ -54,8 +65,18 @@ func run(ctx context.Context, metricsAddr, probeAddr, leaderNS string, leaderEle
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", cachesSynced(mgr)); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// cachesSynced is ready once the manager's informers have synced.
+func cachesSynced(mgr ctrl.Manager) healthz.Checker {
+	return func(r *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(r.Context()) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}
 }

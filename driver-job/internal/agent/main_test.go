@@ -20,7 +20,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // The tests share one real MinIO, started by the first test that needs it.

@@ -1,24 +1,61 @@
-// Package driver assembles the Job driver: its scheme, its cache and its reconcilers.
+// Package driver is the Job strategy driver on driverkit: a BackupJob becomes one batch/v1 Job
+// whose agent reports its artifact; a RestoreJob becomes one restore Job told the artifact's URI
+// and checksum; deleting a Backup runs the strategy's cleanup Job. What every driver shares
+// (claims, deadlines, status, events, metrics) is driverkit's.
 package driver
 
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
 import (
+	"context"
+	"fmt"
+	"time"
+
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/driver-job/internal/backup"
-	"github.com/coffer-backup/coffer/driver-job/internal/backupjob"
+	"github.com/coffer-backup/coffer/driver-job/internal/jobs"
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
-	"github.com/coffer-backup/coffer/driver-job/internal/restorejob"
+	"github.com/coffer-backup/coffer/driverkit"
 )
+
+// Strategy is the driver's strategy type.
+type Strategy = *jobapi.JobBackupStrategy
+
+// Kit is the driverkit instance of this driver.
+type Kit = driverkit.Kit[Strategy]
+
+// Driver implements driverkit.Driver for JobBackupStrategies.
+type Driver struct {
+	Client client.Client
+	// Live reads uncached: pods (read once, when a Job has finished) and Jobs the label-filtered
+	// cache cannot see.
+	Live     client.Reader
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+}
+
+var _ driverkit.Driver[Strategy] = (*Driver)(nil)
 
 // Scheme knows the kinds the driver reads and writes.
 func Scheme() *runtime.Scheme {
@@ -37,15 +74,48 @@ func CacheOptions() cache.Options {
 	}}
 }
 
-// Setup registers the driver's three reconcilers with a manager.
+// metrics are created once per process (they are registered on controller-runtime's registry).
+var metrics = driverkit.NewMetrics("coffer_jobdriver", names.DriverName, nil)
+
+// New returns the kit running d with clock clk (nil: the real clock).
+func New(d *Driver, clk clock.PassiveClock) *Kit {
+	return &Kit{
+		Name:              names.DriverName,
+		Strategy:          driverkit.StrategyKind{Group: jobapi.Group, Kind: jobapi.Kind},
+		NewStrategy:       func() Strategy { return &jobapi.JobBackupStrategy{} },
+		Finalizer:         names.Finalizer,
+		Driver:            d,
+		Client:            d.Client,
+		Recorder:          d.Recorder,
+		Clock:             clk,
+		Metrics:           metrics,
+		BackupJobWatches:  []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackupJob))}},
+		RestoreJobWatches: []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindRestoreJob))}},
+		BackupWatches:     []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackup))}},
+	}
+}
+
+// Setup registers the driver with a manager.
 func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
-	rec := mgr.GetEventRecorder(names.DriverName)
-	c, live, scheme := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetScheme()
-	if err := (&backupjob.Reconciler{Client: c, Live: live, Scheme: scheme, Clock: clk, Recorder: rec}).SetupWithManager(mgr); err != nil {
-		return err
+	d := &Driver{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder(names.DriverName)}
+	return New(d, clk).SetupWithManager(mgr)
+}
+
+// Deadline is the Job's activeDeadlineSeconds and a grace for the Job controller to report it.
+func (d *Driver) Deadline(s Strategy) time.Duration { return jobs.Deadline(s) }
+
+// RunFinished lets a finished run's Job be collected after the strategy's TTL, now that its
+// outcome is recorded.
+func (d *Driver) RunFinished(ctx context.Context, obj client.Object) error {
+	kind := names.KindBackupJob
+	if _, ok := obj.(*backupsv1.RestoreJob); ok {
+		kind = names.KindRestoreJob
 	}
-	if err := (&restorejob.Reconciler{Client: c, Live: live, Scheme: scheme, Clock: clk, Recorder: rec}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	return (&backup.Reconciler{Client: c, Live: live, Scheme: scheme, Recorder: rec}).SetupWithManager(mgr)
+	return jobs.Release(ctx, d.Client, jobs.Run{Object: obj, Kind: kind, Own: true})
+}
+
+// waiting describes a Job that has not finished.
+func waiting(j *batchv1.Job) string {
+	return fmt.Sprintf("Job %s had not finished (activeDeadlineSeconds %d; is kube-controller-manager running?)",
+		j.Name, ptr.Deref(j.Spec.ActiveDeadlineSeconds, jobs.DefaultActiveDeadlineSeconds))
 }

@@ -28,13 +28,11 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/driver-job/internal/backup"
-	"github.com/coffer-backup/coffer/driver-job/internal/backupjob"
 	"github.com/coffer-backup/coffer/driver-job/internal/driver"
 	"github.com/coffer-backup/coffer/driver-job/internal/jobs"
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
-	"github.com/coffer-backup/coffer/driver-job/internal/restorejob"
-	"github.com/coffer-backup/coffer/e2e/cluster"
+	"github.com/coffer-backup/coffer/driverkit"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 )
 
 var (
@@ -61,7 +59,7 @@ func run(m *testing.M) int {
 }
 
 func crdDirs() []string {
-	return []string{"../../../deploy/core-controller/crd", "../../../deploy/driver-job/crd", "../../../e2e/testdata"}
+	return []string{"../../../deploy/core-controller/crd", "../../../deploy/driver-job/crd", "../../../e2e/harness/testdata"}
 }
 
 // fixture is one namespace with a Shop, a strategy and a class resolving Shops to it.
@@ -117,17 +115,18 @@ func (f *fixture) backupJob() *backupsv1.BackupJob {
 	return bj
 }
 
-func (f *fixture) backupReconciler(c client.Client) *backupjob.Reconciler {
-	return &backupjob.Reconciler{Client: c, Live: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
+// kit is the driver on client c, as a restarted process would run it.
+func (f *fixture) kit(c client.Client) *driver.Kit {
+	return driver.New(&driver.Driver{Client: c, Live: cl, Scheme: sch, Recorder: f.rec}, f.clock)
 }
 
-func (f *fixture) restoreReconciler() *restorejob.Reconciler {
-	return &restorejob.Reconciler{Client: cl, Live: cl, Scheme: sch, Clock: f.clock, Recorder: f.rec}
+func (f *fixture) backupReconciler(c client.Client) reconcile.Reconciler {
+	return f.kit(c).BackupJobReconciler()
 }
 
-func (f *fixture) cleanupReconciler() *backup.Reconciler {
-	return &backup.Reconciler{Client: cl, Live: cl, Scheme: sch, Recorder: f.rec}
-}
+func (f *fixture) restoreReconciler() reconcile.Reconciler { return f.kit(cl).RestoreJobReconciler() }
+
+func (f *fixture) cleanupReconciler() reconcile.Reconciler { return f.kit(cl).BackupReconciler() }
 
 func reconcileOnce(t *testing.T, r reconcile.Reconciler, o client.Object) reconcile.Result {
 	t.Helper()
@@ -618,7 +617,7 @@ func TestBackupDeletionRunsCleanup(t *testing.T) {
 	// A failed cleanup keeps the Backup and retries with a new Job.
 	f.finish(&j, 1, "access denied", batchv1.JobReasonBackoffLimitExceeded)
 	res := reconcileOnce(t, r, b)
-	require.Equal(t, backup.RetryAfter, res.RequeueAfter)
+	require.Equal(t, driverkit.DeletionRetryDelay, res.RequeueAfter)
 	require.Contains(t, strings.Join(drain(f.rec), "\n"), "access denied")
 	require.Equal(t, []string{names.Finalizer}, get(t, b).Finalizers)
 	require.Eventually(t, func() bool { return len(f.jobsOf(names.KindBackup)) == 0 }, 30*time.Second, 100*time.Millisecond,

@@ -27,7 +27,7 @@ import (
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/strategy"
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
-	"github.com/coffer-backup/coffer/driver-job/internal/resolve"
+	"github.com/coffer-backup/coffer/driverkit"
 )
 
 const (
@@ -73,7 +73,7 @@ func Get(ctx context.Context, c client.Reader, run Run) (*batchv1.Job, error) {
 		return nil, err
 	}
 	if job.Labels[names.LabelRunUID] != string(run.Object.GetUID()) || job.Labels[names.LabelRunKind] != run.Kind {
-		return nil, resolve.Failf(backupsv1.ReasonNameConflict,
+		return nil, driverkit.Failf(backupsv1.ReasonNameConflict,
 			"Job %s exists but was not created for %s %s (its labels: %v); it was not adopted: delete or rename it",
 			run.Key(), run.Kind, run.Object.GetName(), job.Labels)
 	}
@@ -122,7 +122,7 @@ func Create(ctx context.Context, c client.Client, live client.Reader, scheme *ru
 	}
 	if err := c.Create(ctx, job); err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			return nil, resolve.Failf(backupsv1.ReasonTemplateRenderFailed,
+			return nil, driverkit.Failf(backupsv1.ReasonTemplateRenderFailed,
 				"the API server rejected Job %s rendered from JobBackupStrategy %s: %v", run.Key(), strat.Name, err)
 		}
 		if apierrors.IsAlreadyExists(err) {
@@ -289,7 +289,7 @@ func podFailure(p *corev1.Pod) string {
 func Release(ctx context.Context, c client.Client, run Run) error {
 	job, err := Get(ctx, c, run)
 	if job == nil || err != nil {
-		_, isFailure := resolve.AsFailure(err)
+		_, isFailure := driverkit.AsFailure(err)
 		if isFailure {
 			err = nil
 		}
@@ -330,10 +330,10 @@ func RunOf(kind string) func(context.Context, client.Object) []reconcile.Request
 func Render(strat *jobapi.JobBackupStrategy, which string, tmpl corev1.PodTemplateSpec, data strategy.Context) (corev1.PodTemplateSpec, error) {
 	out := corev1.PodTemplateSpec{}
 	if err := strategy.Render(tmpl, data, &out); err != nil {
-		return out, resolve.Failf(backupsv1.ReasonTemplateRenderFailed, "JobBackupStrategy %s %s: %v", strat.Name, which, err)
+		return out, driverkit.Failf(backupsv1.ReasonTemplateRenderFailed, "JobBackupStrategy %s %s: %v", strat.Name, which, err)
 	}
 	if len(out.Spec.Containers) == 0 {
-		return out, resolve.Failf(backupsv1.ReasonTemplateRenderFailed, "JobBackupStrategy %s %s has no containers", strat.Name, which)
+		return out, driverkit.Failf(backupsv1.ReasonTemplateRenderFailed, "JobBackupStrategy %s %s has no containers", strat.Name, which)
 	}
 	return out, nil
 }
@@ -342,19 +342,10 @@ func Render(strat *jobapi.JobBackupStrategy, which string, tmpl corev1.PodTempla
 // controller to report DeadlineExceeded before failing the run itself.
 const DeadlineGrace = 2 * time.Minute
 
-// Deadline fails a run whose Job outlived its activeDeadlineSeconds by DeadlineGrace (the Job
-// controller normally fails it first); otherwise it requeues for that moment. Job changes wake the
-// reconciler through the watch.
-func Deadline(started time.Time, j *batchv1.Job, now time.Time) (reconcile.Result, error) {
-	active := ptr.Deref(j.Spec.ActiveDeadlineSeconds, DefaultActiveDeadlineSeconds)
-	limit := time.Duration(active)*time.Second + DeadlineGrace
-	left := started.Add(limit).Sub(now)
-	if left <= 0 {
-		return reconcile.Result{}, resolve.Failf(backupsv1.ReasonDeadlineExceeded,
-			"Job %s has not finished %s after the run started (activeDeadlineSeconds %d); is kube-controller-manager running?",
-			j.Name, limit, active)
-	}
-	return reconcile.Result{RequeueAfter: left}, nil
+// Deadline is how long a run of the strategy may take: its Job's activeDeadlineSeconds and
+// DeadlineGrace.
+func Deadline(strat *jobapi.JobBackupStrategy) time.Duration {
+	return time.Duration(ptr.Deref(strat.Spec.ActiveDeadlineSeconds, DefaultActiveDeadlineSeconds))*time.Second + DeadlineGrace
 }
 
 // Parameters are the BackupClass parameters a Backup was taken with, from its driverMetadata.

@@ -8,6 +8,9 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
 
+// DriverName identifies the driver in claims, events, the managed-by label and logs.
+const DriverName = "coffer-driver-velero"
+
 // Finalizer on a Coffer Backup whose artifact this driver deletes.
 const Finalizer = "velerodriver.backups.cozystack.io/artifact"
 
@@ -65,7 +68,7 @@ func JobLabels(job *backupsv1.BackupJob) map[string]string {
 		backupsv1.LabelBackupJob:          backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, job.Name),
 		backupsv1.LabelBackupJobNamespace: job.Namespace,
 		backupsv1.LabelBackupJobUID:       string(job.UID),
-		backupsv1.LabelManagedBy:          "coffer-driver-velero",
+		backupsv1.LabelManagedBy:          DriverName,
 	}
 }
 
@@ -75,6 +78,6 @@ func RestoreLabels(rj *backupsv1.RestoreJob) map[string]string {
 		backupsv1.LabelRestoreJob:          backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, rj.Name),
 		backupsv1.LabelRestoreJobNamespace: rj.Namespace,
 		backupsv1.LabelRestoreJobUID:       string(rj.UID),
-		backupsv1.LabelManagedBy:           "coffer-driver-velero",
+		backupsv1.LabelManagedBy:           DriverName,
 	}
 }

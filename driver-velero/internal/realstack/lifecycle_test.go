@@ -17,13 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
-	"github.com/coffer-backup/coffer/driver-velero/internal/backup"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 func data(ns string) []client.Object {
@@ -301,7 +299,7 @@ func TestAdoptionAfterCrash(t *testing.T) {
 	cp := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: orig.Name, Namespace: sandbox, Finalizers: orig.Finalizers}, Spec: orig.Spec}
 	require.NoError(t, cl.Create(ctx, cp))
 	require.NoError(t, cl.Delete(ctx, cp))
-	br := &backup.Reconciler{Client: cl, Clock: clock.RealClock{}, Recorder: events.NewFakeRecorder(10)}
+	br := newKit(cl, events.NewFakeRecorder(10)).BackupReconciler()
 	_, err = br.Reconcile(ctx, requestFor(cp))
 	require.NoError(t, err)
 	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKeyFromObject(cp), cp)), "the copy is released")

@@ -23,19 +23,17 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
-	"github.com/coffer-backup/coffer/driver-velero/internal/backup"
-	"github.com/coffer-backup/coffer/driver-velero/internal/backupjob"
-	"github.com/coffer-backup/coffer/driver-velero/internal/restorejob"
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/driver-velero/internal/driver"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // Namespaces the running manager serves; the other tests call reconcilers directly elsewhere.
@@ -61,7 +59,7 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, err := velerostack.StartEnv(ctx, "deploy/core-controller/crd", "deploy/driver-velero/crd", "e2e/testdata")
+	env, err := velerostack.StartEnv(ctx, "deploy/core-controller/crd", "deploy/driver-velero/crd", "e2e/harness/testdata")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the cluster and the Velero stack:", err)
 		return 1
@@ -90,15 +88,9 @@ func run(m *testing.M) int {
 		for range rec.Events { // drain
 		}
 	}()
-	if err := newBackupJobReconciler(mgr.GetClient(), rec).SetupWithManager(mgr); err == nil {
-		err = (&backup.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: rec}).SetupWithManager(mgr)
-		if err == nil {
-			err = (&restorejob.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: rec}).SetupWithManager(mgr)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+	if err := newKit(mgr.GetClient(), rec).SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	go func() { _ = mgr.Start(ctx) }()
 	if err := fixtures(ctx); err != nil {
@@ -113,11 +105,16 @@ func run(m *testing.M) int {
 	return code
 }
 
-func newBackupJobReconciler(c client.Client, rec events.EventRecorder) *backupjob.Reconciler {
+// newKit is the driver on client c, as a restarted process would run it.
+func newKit(c client.Client, rec events.EventRecorder) *driver.Kit {
 	if rec == nil {
 		rec = &events.FakeRecorder{} // discards
 	}
-	return &backupjob.Reconciler{Client: c, Clock: clock.RealClock{}, Recorder: rec, HTTP: http.DefaultClient, DownloadTimeout: time.Minute}
+	return driver.New(&driver.Driver{Client: c, Recorder: rec, HTTP: http.DefaultClient, DownloadTimeout: time.Minute})
+}
+
+func newBackupJobReconciler(c client.Client, rec events.EventRecorder) reconcile.Reconciler {
+	return newKit(c, rec).BackupJobReconciler()
 }
 
 func ptr[T any](v T) *T { return &v }

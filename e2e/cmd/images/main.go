@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/coffer-backup/coffer/e2e/images"
-	"github.com/coffer-backup/coffer/e2e/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/images"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
 func main() {

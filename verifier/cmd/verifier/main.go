@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
 
+// options are the verifier's flags.
 type options struct {
 	metricsAddr, probeAddr, leaderNS    string
 	clusterID, clusterName, snapshotDir string
@@ -33,7 +35,7 @@ type options struct {
 }
 
 func main() {
-	var o options
+	o := options{}
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
@@ -70,7 +72,8 @@ func run(ctx context.Context, o options) error {
 	}
 	r := &verifyrun.Reconciler{
 		Client: mgr.GetClient(),
-		Velero: &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), HTTP: http.DefaultClient, DownloadTimeout: o.downloadTimeout},
+		// Downloads go through a client per storage location (timeouts, its caCert trusted).
+		Velero: &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout},
 		Clock:  clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
 		EtcdSnapshotDir: o.snapshotDir, ClusterID: o.clusterID, ClusterName: o.clusterName,
 	}
@@ -80,7 +83,13 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	// Ready once the informers have synced: before that the verifier reconciles nothing.
+	if err := mgr.AddReadyzCheck("readyz", func(r *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(r.Context()) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)

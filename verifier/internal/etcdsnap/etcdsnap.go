@@ -64,28 +64,32 @@ func within(base, p string) bool {
 }
 
 // Verify checks the snapshot dir/ref. The bbolt consistency check runs in a child process (see
-// statusEnv) that ctx bounds; a check that does not finish in time is a Timeout finding.
-func Verify(ctx context.Context, dir, ref string) *Report {
+// statusEnv) that ctx bounds. The findings of the report are facts about the file. An error means
+// the check could not be carried out and says nothing about the file: ctx's error when ctx ended
+// first, ErrCheckKilled (wrapped) when the check's process was killed or ran out of memory,
+// ErrCheckNotStarted (wrapped) when it could not be started; the report then holds the findings
+// established before the check.
+func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 	r := &Report{Details: map[string]string{}}
 	path, err := Resolve(dir, ref)
 	if err != nil {
 		r.add(securityv1.CodeEtcdSnapshotRefInvalid, securityv1.SeverityCritical, err.Error())
-		return r
+		return r, nil
 	}
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityHigh, fmt.Sprintf("snapshot %s not found in the snapshot directory", ref))
-		return r
+		return r, nil
 	}
 	if err != nil || !st.Mode().IsRegular() {
 		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityHigh, fmt.Sprintf("snapshot %s is not a readable file: %v", ref, err))
-		return r
+		return r, nil
 	}
 	r.SizeBytes = st.Size()
 	whole, appended, err := digest(path, st.Size())
 	if err != nil {
 		r.add(securityv1.CodeEtcdSnapshotCorrupt, securityv1.SeverityCritical, fmt.Sprintf("reading snapshot %s: %v", ref, err))
-		return r
+		return r, nil
 	}
 	r.Checksum = "sha256:" + whole
 	switch {
@@ -114,23 +118,21 @@ func Verify(ctx context.Context, dir, ref string) *Report {
 	}
 	if need, err := highWaterMark(path); err != nil {
 		r.add(securityv1.CodeEtcdSnapshotCorrupt, securityv1.SeverityCritical, fmt.Sprintf("snapshot %s has no valid bbolt meta page: %v", ref, err))
-		return r
+		return r, nil
 	} else if content < need {
 		r.add(securityv1.CodeEtcdSnapshotCorrupt, securityv1.SeverityCritical,
 			fmt.Sprintf("snapshot %s is truncated: its database needs %d bytes, the file holds %d", ref, need, content))
-		return r
+		return r, nil
 	}
 	sum, err := status(ctx, path)
 	switch {
 	case errors.Is(err, errCheckFailed):
 		r.add(securityv1.CodeEtcdSnapshotCorrupt, securityv1.SeverityCritical, fmt.Sprintf("snapshot %s fails etcdutl's consistency check: %v", ref, err))
-		return r
+		return r, nil
 	case ctx.Err() != nil:
-		r.add(securityv1.CodeTimeout, securityv1.SeverityHigh, fmt.Sprintf("the consistency check of snapshot %s did not finish: %v", ref, ctx.Err()))
-		return r
+		return r, fmt.Errorf("the consistency check of snapshot %s did not finish: %w", ref, ctx.Err())
 	case err != nil:
-		r.add(securityv1.CodeCheckNotRun, securityv1.SeverityHigh, fmt.Sprintf("the consistency check of snapshot %s could not run: %v", ref, err))
-		return r
+		return r, fmt.Errorf("the consistency check of snapshot %s: %w", ref, err)
 	}
 	r.Details["revision"] = strconv.FormatInt(sum.Revision, 10)
 	r.Details["totalKeys"] = strconv.Itoa(sum.TotalKey)
@@ -140,7 +142,7 @@ func Verify(ctx context.Context, dir, ref string) *Report {
 		r.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo,
 			fmt.Sprintf("snapshot %s is intact: appended SHA-256 matches, revision %d, %d keys", ref, sum.Revision, sum.TotalKey))
 	}
-	return r
+	return r, nil
 }
 
 type appendedHash struct {

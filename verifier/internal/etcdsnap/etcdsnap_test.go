@@ -43,7 +43,8 @@ func TestResolveRefusesEscapes(t *testing.T) {
 			assert.Equal(t, tt.ok, err == nil, "%v", err)
 		})
 	}
-	rep := Verify(context.Background(), dir, "link.db")
+	rep, err := Verify(context.Background(), dir, "link.db")
+	require.NoError(t, err)
 	require.Len(t, rep.Findings, 1)
 	assert.Equal(t, securityv1.CodeEtcdSnapshotRefInvalid, rep.Findings[0].Code)
 	assert.Equal(t, securityv1.SeverityCritical, rep.Findings[0].Severity)
@@ -71,7 +72,8 @@ func TestSidecar(t *testing.T) {
 func TestNotASnapshot(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk.db"), make([]byte, 512*4+32), 0o600))
-	rep := Verify(context.Background(), dir, "junk.db")
+	rep, err := Verify(context.Background(), dir, "junk.db")
+	require.NoError(t, err)
 	assert.Contains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt)
 	assert.Equal(t, securityv1.SeverityCritical, securityv1.WorstSeverity(rep.Findings))
 }
@@ -122,7 +124,8 @@ func TestCorruptPageDoesNotCrash(t *testing.T) {
 	dir := t.TempDir()
 	p, ps := boltFile(t, dir, true)
 
-	rep := Verify(context.Background(), dir, "bolt.db")
+	rep, err := Verify(context.Background(), dir, "bolt.db")
+	require.NoError(t, err)
 	assert.NotContains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt, "%v", rep.Findings)
 	used, err := highWaterMark(p)
 	require.NoError(t, err)
@@ -140,24 +143,62 @@ func TestCorruptPageDoesNotCrash(t *testing.T) {
 	require.NotZero(t, corrupted, "the file has leaf pages")
 	require.NoError(t, os.WriteFile(p, data, 0o600))
 
-	rep = Verify(context.Background(), dir, "bolt.db")
+	rep, err = Verify(context.Background(), dir, "bolt.db")
+	require.NoError(t, err)
 	require.Contains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt, "%v", rep.Findings)
 	assert.Equal(t, securityv1.SeverityCritical, securityv1.WorstSeverity(rep.Findings))
 	assert.Contains(t, fmt.Sprint(rep.Findings), "bbolt crashed reading the file (panic: runtime error")
 }
 
+// TestCheckBoundedByContext: a check that ctx ends is not carried out; the report keeps what was
+// established before it, and the caller (the run's timeout) decides what the run says.
 func TestCheckBoundedByContext(t *testing.T) {
 	dir := t.TempDir()
 	boltFile(t, dir, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rep := Verify(ctx, dir, "bolt.db")
-	assert.Equal(t, []string{securityv1.CodeChecksumNotRecorded, securityv1.CodeTimeout}, codesOf(rep.Findings))
+	rep, err := Verify(ctx, dir, "bolt.db")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, []string{securityv1.CodeChecksumNotRecorded}, codesOf(rep.Findings))
 }
 
 func TestNotAnEtcdBackend(t *testing.T) {
 	dir := t.TempDir()
 	boltFile(t, dir, false)
-	rep := Verify(context.Background(), dir, "bolt.db")
+	rep, err := Verify(context.Background(), dir, "bolt.db")
+	require.NoError(t, err)
 	assert.Contains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt, "%v", rep.Findings)
+}
+
+// TestKilledCheckIsNotCorruption: the child process of the check is killed by SIGKILL, as the
+// kernel's OOM killer kills a container over its memory limit. That is the verifier's resources
+// exhausted, not evidence about the snapshot: no etcd-snapshot-corrupt finding, ErrCheckKilled.
+// (Before, any abnormal exit of the child was an etcd-snapshot-corrupt finding.)
+func TestKilledCheckIsNotCorruption(t *testing.T) {
+	dir := t.TempDir()
+	boltFile(t, dir, true)
+	t.Setenv(testSignalEnv, "KILL")
+	rep, err := Verify(context.Background(), dir, "bolt.db")
+	require.ErrorIs(t, err, ErrCheckKilled)
+	assert.Contains(t, err.Error(), "killed")
+	assert.NotContains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt)
+	assert.Equal(t, []string{securityv1.CodeChecksumNotRecorded}, codesOf(rep.Findings), "what was established before the check is kept")
+}
+
+// TestCrashClassification: what a helper printed before it exited 2 decides whether the file is
+// corrupt (a panic or a fault in the walk) or the check ran out of memory.
+func TestCrashClassification(t *testing.T) {
+	for _, tt := range []struct {
+		stderr       string
+		crash, noMem bool
+	}{
+		{"panic: runtime error: slice bounds out of range [:2147483632] with capacity 4096\n\ngoroutine 7 [running]:\ngo.etcd.io/bbolt...", true, false},
+		{"\nunexpected fault address 0x7f00deadbeef\nfatal error: fault\n[signal SIGBUS: bus error]", true, false},
+		{"fatal error: runtime: out of memory\n\nruntime stack:", false, true},
+		{"runtime: cannot allocate memory", false, true},
+		{"some other failure", false, false},
+	} {
+		assert.Equal(t, tt.crash, crashed(tt.stderr), tt.stderr)
+		assert.Equal(t, tt.noMem, outOfMemory(tt.stderr), tt.stderr)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
+	"testing"
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
@@ -25,6 +27,11 @@ import (
 // verifier and the test binaries) can also be its own helper.
 const statusEnv = "COFFER_ETCDSNAP_STATUS_OF"
 
+// testSignalEnv makes the helper of a test binary (never of the verifier) kill itself with the
+// signal it names before the check, as the kernel's OOM killer would: tests prove that a killed
+// check is a failed check, not a corrupt snapshot.
+const testSignalEnv = "COFFER_ETCDSNAP_TEST_SELF_SIGNAL"
+
 // maxHelperStderr bounds what is kept of a crashed helper's output (a goroutine dump can be large).
 const maxHelperStderr = 16 << 10
 
@@ -32,6 +39,10 @@ func init() {
 	path, ok := os.LookupEnv(statusEnv)
 	if !ok {
 		return
+	}
+	if os.Getenv(testSignalEnv) == "KILL" && testing.Testing() {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	}
 	st, err := snapshot.NewV3(zap.NewNop()).Status(path)
 	if err != nil {
@@ -44,16 +55,27 @@ func init() {
 	os.Exit(0)
 }
 
-// errCheckFailed is a consistency check that ran to the end and found the file inconsistent.
+// errCheckFailed is a consistency check that ran to the end and found the file inconsistent, or
+// that crashed reading it (a panic or a fault in bbolt's walk): evidence about the snapshot.
 var errCheckFailed = errors.New("consistency check failed")
 
+// ErrCheckKilled is a check whose process was killed by a signal (SIGKILL is what the kernel's OOM
+// killer sends) or that ran out of memory: the verifier's resources were exhausted. It says nothing
+// about the snapshot, and running the same check again in the same place fails the same way.
+var ErrCheckKilled = errors.New("the consistency check was killed")
+
+// ErrCheckNotStarted is a check whose process could not be started; another attempt may succeed.
+var ErrCheckNotStarted = errors.New("the consistency check could not be started")
+
 // status runs etcdutl's snapshot status in a child process. It returns errCheckFailed (wrapped)
-// when the check reported an inconsistency, another error when the check crashed or could not run.
+// when the check reported an inconsistency or crashed in the walk, ErrCheckKilled or
+// ErrCheckNotStarted (wrapped) when it could not be carried out, ctx's error when ctx ended first,
+// and another error when the check failed in a way that says nothing about the file.
 func status(ctx context.Context, path string) (snapshot.Status, error) {
 	var st snapshot.Status
 	self, err := os.Executable()
 	if err != nil {
-		return st, fmt.Errorf("locating the verifier binary to run the check: %w", err)
+		return st, fmt.Errorf("%w: locating the verifier binary: %v", ErrCheckNotStarted, err)
 	}
 	cmd := exec.CommandContext(ctx, self)
 	cmd.Env = append(os.Environ(), statusEnv+"="+path)
@@ -65,19 +87,46 @@ func status(ctx context.Context, path string) (snapshot.Status, error) {
 		return st, ctx.Err()
 	}
 	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return st, fmt.Errorf("%w: %v", ErrCheckNotStarted, err)
+	}
+	out := stderr.String()
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(stdout.Bytes(), &st); err != nil {
 			return st, fmt.Errorf("reading the check's result: %w", err)
 		}
 		return st, nil
-	case errors.As(err, &exit) && exit.ExitCode() == 3:
-		return st, fmt.Errorf("%w: %s", errCheckFailed, strings.TrimSpace(stderr.String()))
-	case errors.As(err, &exit):
-		return st, fmt.Errorf("%w: bbolt crashed reading the file (%s)", errCheckFailed, crashSummary(stderr.String(), exit))
+	case signaled(exit):
+		return st, fmt.Errorf("%w by a signal (%s; the kernel's OOM killer sends SIGKILL when a container exceeds its memory limit)", ErrCheckKilled, exit.Sys().(syscall.WaitStatus).Signal())
+	case exit.ExitCode() == 3:
+		return st, fmt.Errorf("%w: %s", errCheckFailed, strings.TrimSpace(out))
+	case outOfMemory(out):
+		return st, fmt.Errorf("%w: it ran out of memory (%s)", ErrCheckKilled, crashSummary(out, exit))
+	case exit.ExitCode() == 2 && crashed(out):
+		return st, fmt.Errorf("%w: bbolt crashed reading the file (%s)", errCheckFailed, crashSummary(out, exit))
 	default:
-		return st, err
+		return st, fmt.Errorf("the consistency check failed without a verdict on the file (%s)", crashSummary(out, exit))
 	}
+}
+
+func signaled(exit *exec.ExitError) bool {
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
+}
+
+// crashed reports whether a helper's output is a Go panic or memory fault: what bbolt's walk (or
+// etcd's backend code above it) does on a corrupt page, where no recover reaches.
+func crashed(stderr string) bool {
+	first := crashSummary(stderr, nil)
+	return strings.HasPrefix(first, "panic: ") || strings.HasPrefix(first, "unexpected fault address") ||
+		strings.HasPrefix(first, "fatal error: fault") || strings.HasPrefix(first, "fatal error: unexpected signal")
+}
+
+// outOfMemory reports whether the Go runtime of the helper gave up for lack of memory.
+func outOfMemory(stderr string) bool {
+	first := crashSummary(stderr, nil)
+	return strings.HasPrefix(first, "fatal error: runtime: out of memory") || strings.Contains(first, "cannot allocate memory")
 }
 
 // crashSummary is the first line of a crashed helper's output ("panic: ...", "unexpected fault
@@ -87,6 +136,9 @@ func crashSummary(stderr string, exit *exec.ExitError) string {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "goroutine ") {
 			return line
 		}
+	}
+	if exit == nil {
+		return ""
 	}
 	return exit.String()
 }

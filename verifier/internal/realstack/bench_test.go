@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
 )
 
@@ -120,8 +120,11 @@ func BenchmarkEtcdSnapshotCheck(b *testing.B) {
 	st, _ := os.Stat(snap)
 	for range b.N {
 		t0 := time.Now()
-		rep := etcdsnap.Verify(context.Background(), snapDir, "bench.db")
+		rep, err := etcdsnap.Verify(context.Background(), snapDir, "bench.db")
 		ours := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
 		if securityv1.WorstSeverity(rep.Findings).AtLeast(securityv1.SeverityHigh) {
 			b.Fatalf("the snapshot does not verify: %+v", rep.Findings)
 		}

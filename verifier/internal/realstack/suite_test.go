@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -30,8 +29,8 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
@@ -82,7 +81,7 @@ func newHarness(t testing.TB) *harness {
 func (h *harness) reconciler(reader client.Reader) *verifyrun.Reconciler {
 	return &verifyrun.Reconciler{
 		Client:          cl,
-		Velero:          &velerocheck.Checker{Reader: reader, Client: cl, HTTP: http.DefaultClient, DownloadTimeout: time.Minute},
+		Velero:          &velerocheck.Checker{Reader: reader, Client: cl, DownloadTimeout: time.Minute},
 		Clock:           h.clock,
 		Recorder:        &events.FakeRecorder{},
 		EtcdSnapshotDir: snapDir,

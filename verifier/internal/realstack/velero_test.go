@@ -27,9 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/cluster"
-	"github.com/coffer-backup/coffer/e2e/velerostack"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
+	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
 
 func veleroRun(t *testing.T, name, backup string, m securityv1.Mode, sandbox string) *securityv1.BackupVerifyRun {
@@ -46,8 +47,8 @@ func TestChecksumOnly(t *testing.T) {
 	t.Run("a sound backup verifies", func(t *testing.T) {
 		h := newHarness(t)
 		run := veleroRun(t, "cs-ok", vb.Name, securityv1.ModeChecksumOnly, "")
+		// One pass starts the run and verifies it (no separate pass, and no 1 ms requeue, between).
 		h.step(run)
-		assert.Equal(t, securityv1.RunRunning, run.Status.Phase)
 		require.NotNil(t, run.Status.StartTime)
 		assert.Len(t, securityEvents(t, run)[securityv1.EventBackupVerifyStarted], 1)
 		h.finish(run)
@@ -165,9 +166,9 @@ func TestFullRestore(t *testing.T) {
 	h := newHarness(t)
 	sandbox := ns + "-bvsandbox"
 	run := veleroRun(t, "fr-ok", vb.Name, securityv1.ModeFullRestore, sandbox)
-	h.step(run) // Running
-	res := h.step(run)
+	res := h.step(run) // Running: the sandbox and the Restore are created in the same pass
 	assert.Equal(t, 10*time.Second, res.RequeueAfter, "polls the Restore every 10 s")
+	assert.Equal(t, verifyrun.ReasonRestoreInProgress, meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionProgressing).Reason)
 	sb := &corev1.Namespace{}
 	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb))
 	assert.Equal(t, string(run.UID), sb.Labels[securityv1.LabelRunUID])
@@ -201,7 +202,6 @@ func TestFullRestoreOfSeveralNamespaces(t *testing.T) {
 	vb := veleroBackup(t, "multi-"+a, true, a, b)
 	h := newHarness(t)
 	run := veleroRun(t, "fr-multi", vb.Name, securityv1.ModeFullRestore, "multi-bvsandbox")
-	h.step(run)
 	h.step(run)
 	vr := &velerov1.Restore{}
 	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RestoreName(run)}, vr))
@@ -295,8 +295,7 @@ func TestResumeAfterKill(t *testing.T) {
 	vb := veleroBackup(t, ns, true, ns)
 	h := newHarness(t)
 	run := veleroRun(t, "fr-resume", vb.Name, securityv1.ModeFullRestore, ns+"-bvsandbox")
-	h.step(run)
-	h.step(run) // creates the sandbox and the Restore, then "dies"
+	h.step(run) // starts, creates the sandbox and the Restore, then "dies"
 	h.r = h.reconciler(cl)
 	h.finish(run)
 	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
@@ -331,6 +330,7 @@ func TestCrashAfterCleanup(t *testing.T) {
 	h.r = dying
 	run := veleroRun(t, "fr-crash-cleanup", vb.Name, securityv1.ModeFullRestore, sandbox)
 	key := client.ObjectKeyFromObject(run)
+	durations, runs := sampleCount(t, "ugallu_backup_verify_full_restore_duration_seconds"), sampleCount(t, "ugallu_backup_verify_runs_total")
 	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := dying.Reconcile(ctx, reconcile.Request{NamespacedName: key})
 		if crashed {
@@ -356,6 +356,10 @@ func TestCrashAfterCleanup(t *testing.T) {
 	ev := securityEvents(t, run)
 	assert.Len(t, ev[securityv1.EventBackupVerifyCompleted], 1)
 	assert.Len(t, ev, 2, "one start, one terminal event")
+	// Two passes executed the restore (the first died before its Result), one run ended: each
+	// metric is observed once, at the status write that ended the run.
+	assert.Equal(t, durations+1, sampleCount(t, "ugallu_backup_verify_full_restore_duration_seconds"), "full_restore_duration_seconds observed once")
+	assert.Equal(t, runs+1, sampleCount(t, "ugallu_backup_verify_runs_total"), "runs_total counted once")
 	err = cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb)
 	assert.True(t, apierrors.IsNotFound(err) || !sb.DeletionTimestamp.IsZero(), "the second sandbox is cleaned up too")
 }
@@ -366,12 +370,14 @@ func TestTimeout(t *testing.T) {
 	vb := veleroBackup(t, ns, true, ns)
 	h := newHarness(t)
 	run := veleroRun(t, "fr-timeout", vb.Name, securityv1.ModeFullRestore, ns+"-bvsandbox")
-	h.step(run)
 	h.step(run) // the Restore is in flight
 	h.clock.Step(11 * time.Minute)
 	h.finish(run)
 	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
 	assert.Contains(t, codes(result(t, run).Spec.Findings), securityv1.CodeTimeout)
+	// A verification that did not happen says nothing about the backup: the run could not be
+	// carried out (BackupVerifyFailed, Anomaly), not a Mismatch.
+	assertVerifyFailed(t, run)
 	sb := &corev1.Namespace{}
 	err := cl.Get(context.Background(), client.ObjectKey{Name: ns + "-bvsandbox"}, sb)
 	assert.True(t, apierrors.IsNotFound(err) || !sb.DeletionTimestamp.IsZero(), "cleaned up after the timeout")

@@ -42,13 +42,17 @@ type controllerRef struct {
 
 // controllers reads the backup's tarball and returns the controller of every namespaced object
 // that has one. It streams the tarball once and keeps only the references.
-func (c *Checker) controllers(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup) (map[objectKey]controllerRef, error) {
-	body, done, err := c.open(ctx, run, vb, "contents", velerov1.DownloadTargetKindBackupContents)
+func (c *Checker) controllers(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation) (map[objectKey]controllerRef, error) {
+	body, done, err := c.open(ctx, run, vb, bsl, "contents", velerov1.DownloadTargetKindBackupContents)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	return readControllers(body)
+	ctrl, err := readControllers(body)
+	if err != nil {
+		return nil, c.storageError(bsl, "reading the backup's tarball", err)
+	}
+	return ctrl, nil
 }
 
 // readControllers reads a Velero backup tarball (resources/<resource>/[<version>-preferredversion/]
@@ -132,7 +136,7 @@ func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl
 	var left []missingObject
 	for _, m := range missing {
 		ok := false
-		if ref, owned := ctrl[objectKey{gk: m.gvk.GroupKind(), ns: m.source, name: m.name}]; owned && m.err == nil {
+		if ref, owned := ctrl[objectKey{gk: m.gvk.GroupKind(), ns: m.source, name: m.name}]; owned {
 			var err error
 			if ok, err = restored(objectKey{gk: schema.GroupKind{Group: ref.group, Kind: ref.kind}, ns: m.source, name: ref.name}, 1); err != nil {
 				return nil, err
@@ -148,5 +152,4 @@ func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl
 type missingObject struct {
 	gvk                   schema.GroupVersionKind
 	source, sandbox, name string
-	err                   error // nil: not found
 }

@@ -2,18 +2,25 @@
 // tarball, recompute SHA-256, compare with the checksum recorded when it was taken) and
 // full-restore (restore into sandbox namespaces the verifier owns, diff them with the backup's own
 // resource list, clean up). It writes nothing outside its sandboxes and its own Restore.
+//
+// Findings are facts about the backup. Trouble reaching it (the API server, Velero, the object
+// store) is an error: the caller retries it within the run's timeout, and an error wrapped in
+// reconcile.TerminalError is one that a retry cannot fix. No error carries a presigned URL.
 package velerocheck
 
 import (
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -24,13 +31,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/driver-velero/pkg/download"
+	"github.com/coffer-backup/coffer/velerokit/download"
 )
 
-// Outcome is what one step of a verification found.
+// Outcome is what one step of a verification established about the backup.
 type Outcome struct {
 	Findings []securityv1.Finding
 	// Done is false while a full-restore's Restore is still running.
@@ -52,9 +60,14 @@ type Checker struct {
 	// Reader reads the API server directly, so a missing Velero CRD is an answer, not a stuck cache.
 	Reader client.Reader
 	// Client writes the verifier's own objects (DownloadRequests, the Restore, sandboxes).
-	Client          client.Client
+	Client client.Client
+	// HTTP, when set, downloads every file (tests inject faults through it). Unset, each storage
+	// location gets a client of download.NewHTTPClient (timeouts) that trusts its caCert.
 	HTTP            *http.Client
 	DownloadTimeout time.Duration
+
+	mu      sync.Mutex
+	clients map[[sha256.Size]byte]*http.Client
 }
 
 func backupNamespace(run *securityv1.BackupVerifyRun) string {
@@ -64,60 +77,126 @@ func backupNamespace(run *securityv1.BackupVerifyRun) string {
 	return "velero"
 }
 
-// backup reads the Velero Backup under verification, or says why the run cannot go on.
-func (c *Checker) backup(ctx context.Context, run *securityv1.BackupVerifyRun, out *Outcome) *velerov1.Backup {
+// APIError describes trouble with the API server while doing what, and says what to check.
+func APIError(what string, err error) error {
+	hint := "check the API server and the verifier's log"
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		hint = "check the verifier's RBAC (deploy/verifier/rbac): its ServiceAccount must be allowed to do this"
+	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
+		hint = "check the API server's health and load"
+	}
+	return fmt.Errorf("%s: %w; %s", what, err, hint)
+}
+
+// errFileMissing is the object store's definite answer that a file of the backup does not exist.
+var errFileMissing = errors.New("the file does not exist in the object store")
+
+// locate reads the Velero Backup under verification and its storage location. A nil Backup with
+// a nil error means a finding says why the run cannot go on.
+func (c *Checker) locate(ctx context.Context, run *securityv1.BackupVerifyRun, out *Outcome) (*velerov1.Backup, *velerov1.BackupStorageLocation, error) {
 	key := client.ObjectKey{Namespace: backupNamespace(run), Name: run.Spec.BackupRef.Name}
 	vb := &velerov1.Backup{}
 	err := c.Reader.Get(ctx, key, vb)
 	switch {
 	case meta.IsNoMatchError(err):
 		out.add(securityv1.CodeVeleroCRDMissing, securityv1.SeverityHigh, "", "the velero.io/v1 Backup kind is not served: Velero's CRDs are not installed")
-		return nil
+		return nil, nil, nil
 	case apierrors.IsNotFound(err):
 		out.add(securityv1.CodeVeleroBackupNotFound, securityv1.SeverityHigh, "velero.io/Backup "+key.String(), fmt.Sprintf("Velero backup %s not found", key))
-		return nil
+		return nil, nil, nil
 	case err != nil:
-		out.add(securityv1.CodeVeleroBackupNotFound, securityv1.SeverityHigh, "velero.io/Backup "+key.String(), fmt.Sprintf("reading Velero backup %s: %v", key, err))
-		return nil
+		return nil, nil, APIError("reading velero.io Backup "+key.String(), err)
 	}
 	if vb.Status.Phase != velerov1.BackupPhaseCompleted && vb.Status.Phase != velerov1.BackupPhasePartiallyFailed {
 		out.add(securityv1.CodeVeleroBackupNotComplete, securityv1.SeverityHigh, "velero.io/Backup "+key.String(),
 			fmt.Sprintf("Velero backup %s is %q, not Completed", key, vb.Status.Phase))
-		return nil
+		return nil, nil, nil
 	}
+	bslKey := client.ObjectKey{Namespace: vb.Namespace, Name: vb.Spec.StorageLocation}
 	bsl := &velerov1.BackupStorageLocation{}
-	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: vb.Namespace, Name: vb.Spec.StorageLocation}, bsl); err != nil || bsl.Status.Phase == velerov1.BackupStorageLocationPhaseUnavailable {
-		msg := fmt.Sprintf("BackupStorageLocation %s/%s is unavailable", vb.Namespace, vb.Spec.StorageLocation)
-		if err != nil {
-			msg = fmt.Sprintf("reading BackupStorageLocation %s/%s: %v", vb.Namespace, vb.Spec.StorageLocation, err)
-		}
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/BackupStorageLocation "+vb.Spec.StorageLocation, msg)
-		return nil
+	err = c.Reader.Get(ctx, bslKey, bsl)
+	switch {
+	case apierrors.IsNotFound(err):
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/BackupStorageLocation "+bslKey.String(),
+			fmt.Sprintf("the backup's storage location %s does not exist", bslKey))
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, APIError("reading velero.io BackupStorageLocation "+bslKey.String(), err)
+	case bsl.Status.Phase == velerov1.BackupStorageLocationPhaseUnavailable:
+		return nil, nil, fmt.Errorf("BackupStorageLocation %s is Unavailable (%s): Velero cannot reach its object store; check the store and the location's status",
+			bslKey, orNone(bsl.Status.Message))
 	}
-	return vb
+	return vb, bsl, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no message"
+	}
+	return s
+}
+
+// httpClient is the client for a storage location's presigned URLs: timeouts, and its CA bundle
+// (spec.objectStorage.caCertRef, else caCert) trusted besides the system's roots.
+func (c *Checker) httpClient(ctx context.Context, bsl *velerov1.BackupStorageLocation) (*http.Client, error) {
+	if c.HTTP != nil {
+		return c.HTTP, nil
+	}
+	var ca []byte
+	if store := bsl.Spec.ObjectStorage; store != nil {
+		ca = store.CACert
+		if ref := store.CACertRef; ref != nil {
+			sec := &corev1.Secret{}
+			if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: bsl.Namespace, Name: ref.Name}, sec); err != nil {
+				return nil, APIError(fmt.Sprintf("reading the CA bundle of BackupStorageLocation %s/%s (Secret %s)", bsl.Namespace, bsl.Name, ref.Name), err)
+			}
+			if ca = sec.Data[ref.Key]; len(ca) == 0 {
+				return nil, fmt.Errorf("Secret %s/%s named by BackupStorageLocation %s as its caCertRef has no key %q", bsl.Namespace, ref.Name, bsl.Name, ref.Key)
+			}
+		}
+	}
+	key := sha256.Sum256(ca)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hc, ok := c.clients[key]; ok {
+		return hc, nil
+	}
+	hc, err := download.NewHTTPClient(ca)
+	if err != nil {
+		return nil, reconcile.TerminalError(fmt.Errorf("BackupStorageLocation %s/%s: %w", bsl.Namespace, bsl.Name, err))
+	}
+	if c.clients == nil {
+		c.clients = map[[sha256.Size]byte]*http.Client{}
+	}
+	c.clients[key] = hc
+	return hc, nil
 }
 
 // Checksum streams the backup's tarball once and compares its SHA-256 with the recorded one.
-func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) Outcome {
+func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (Outcome, error) {
 	out := Outcome{Done: true}
-	vb := c.backup(ctx, run, &out)
-	if vb == nil {
-		return out
+	vb, bsl, err := c.locate(ctx, run, &out)
+	if err != nil || vb == nil {
+		return out, err
 	}
-	body, done, err := c.open(ctx, run, vb, "contents", velerov1.DownloadTargetKindBackupContents)
+	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
+	body, done, err := c.open(ctx, run, vb, bsl, "contents", velerov1.DownloadTargetKindBackupContents)
+	if errors.Is(err, errFileMissing) {
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+bsl.Name)
+		return out, nil
+	}
 	if err != nil {
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, err.Error())
-		return out
+		return out, err
 	}
 	d, err := download.Hash(body)
 	done()
 	if err != nil {
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, "reading from the object store: "+err.Error())
-		return out
+		return out, c.storageError(bsl, "reading the backup's tarball", err)
 	}
 	out.ComputedChecksum, out.SizeBytes = d.Checksum(), d.SizeBytes
 	out.RecordedChecksum = vb.Annotations[backupsv1.AnnotationChecksum]
-	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
 	switch {
 	case out.RecordedChecksum == "":
 		out.add(securityv1.CodeChecksumNotRecorded, securityv1.SeverityMedium, object,
@@ -129,41 +208,56 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, object,
 			fmt.Sprintf("the stored tarball (%d bytes) matches the recorded %s", d.SizeBytes, out.RecordedChecksum))
 	}
-	return out
+	return out, nil
+}
+
+// storageError is trouble with a storage location's object store while doing what.
+func (c *Checker) storageError(bsl *velerov1.BackupStorageLocation, what string, err error) error {
+	return fmt.Errorf("%s from the object store: %w; check BackupStorageLocation %s/%s: its object store must be reachable from the verifier, and its caCert must hold the store's CA when that is not a public one",
+		what, download.Redact(err), bsl.Namespace, bsl.Name)
 }
 
 // open downloads one file of the backup through a DownloadRequest named after the run and what;
-// done closes it and deletes the request.
-func (c *Checker) open(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, what string, kind velerov1.DownloadTargetKind) (io.Reader, func(), error) {
-	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8], what)
-	url, err := download.Request(ctx, c.Reader, c.Client, vb.Namespace, name, velerov1.DownloadTarget{Kind: kind, Name: vb.Name}, c.DownloadTimeout)
-	cleanup := func() { _ = download.Cleanup(context.WithoutCancel(ctx), c.Client, vb.Namespace, name) }
+// done closes it and deletes the request. errFileMissing (wrapped) is the store's answer that the
+// file does not exist.
+func (c *Checker) open(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, what string, kind velerov1.DownloadTargetKind) (io.Reader, func(), error) {
+	hc, err := c.httpClient(ctx, bsl)
 	if err != nil {
-		cleanup()
 		return nil, nil, err
 	}
-	body, err := download.Open(ctx, c.HTTP, url)
+	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8], what)
+	url, err := download.Request(ctx, c.Reader, c.Client, vb.Namespace, name, velerov1.DownloadTarget{Kind: kind, Name: vb.Name}, c.DownloadTimeout)
+	cleanup := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = download.Cleanup(cctx, c.Client, vb.Namespace, name)
+	}
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w; check that the Velero server runs and processes DownloadRequests in namespace %s", download.Redact(err), vb.Namespace)
+	}
+	body, err := download.Open(ctx, hc, url)
+	if err != nil {
+		cleanup()
+		if download.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("%s of backup %s: %w", what, vb.Name, errFileMissing)
+		}
+		return nil, nil, c.storageError(bsl, "downloading the backup's "+what, err)
 	}
 	return body, func() { body.Close(); cleanup() }, nil
 }
 
 // regeneratedByControllers drops from missing the objects their restored controllers regenerate
-// (see controllers.go) and counts them as restored. When the backup's tarball cannot be read,
-// missing is returned as it is.
-func (c *Checker) regeneratedByControllers(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, missing []missingObject,
-	versions map[schema.GroupKind]string, sandboxOf map[string]string, out *Outcome) []missingObject {
-	ctrl, err := c.controllers(ctx, run, vb)
-	var left []missingObject
-	if err == nil {
-		left, err = c.regenerated(ctx, missing, ctrl, versions, sandboxOf)
-	}
+// (see controllers.go) and counts them as restored.
+func (c *Checker) regeneratedByControllers(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, missing []missingObject,
+	versions map[schema.GroupKind]string, sandboxOf map[string]string, out *Outcome) ([]missingObject, error) {
+	ctrl, err := c.controllers(ctx, run, vb, bsl)
 	if err != nil {
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name,
-			"checking whether controllers regenerate the missing objects: "+err.Error())
-		return missing
+		return nil, err
+	}
+	left, err := c.regenerated(ctx, missing, ctrl, versions, sandboxOf)
+	if err != nil {
+		return nil, err
 	}
 	if n := len(missing) - len(left); n > 0 {
 		out.ObjectsRestored += int32(n)
@@ -172,23 +266,36 @@ func (c *Checker) regeneratedByControllers(ctx context.Context, run *securityv1.
 		}
 		out.Details["objectsLeftToControllers"] = strconv.Itoa(n)
 	}
-	return left
+	return left, nil
 }
 
-// ResourceList downloads the backup's own list of what it holds: "<apiVersion>/<Kind>" → "ns/name".
-func (c *Checker) resourceList(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup) (map[string][]string, error) {
-	body, done, err := c.open(ctx, run, vb, "list", velerov1.DownloadTargetKindBackupResourceList)
+// errMalformed marks a file of the backup that was read whole and does not decode: a fact.
+var errMalformed = errors.New("malformed")
+
+// malformed reports whether a decoding error is about the content (not about reading it).
+func malformed(err error) bool {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.As(err, &syn) || errors.As(err, &typ)
+}
+
+// resourceList downloads the backup's own list of what it holds: "<apiVersion>/<Kind>" → "ns/name".
+func (c *Checker) resourceList(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation) (map[string][]string, error) {
+	body, done, err := c.open(ctx, run, vb, bsl, "list", velerov1.DownloadTargetKindBackupResourceList)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	gz, err := gzip.NewReader(body)
-	if err != nil {
-		return nil, fmt.Errorf("reading the resource list: %w", err)
-	}
 	list := map[string][]string{}
-	if err := json.NewDecoder(gz).Decode(&list); err != nil {
-		return nil, fmt.Errorf("decoding the resource list: %w", err)
+	gz, err := gzip.NewReader(body)
+	if err == nil {
+		err = json.NewDecoder(gz).Decode(&list)
+	}
+	if err != nil {
+		if malformed(err) {
+			return nil, fmt.Errorf("%w: %v", errMalformed, err)
+		}
+		return nil, c.storageError(bsl, "reading the backup's resource list", err)
 	}
 	return list, nil
 }
@@ -257,50 +364,62 @@ func RestoreName(run *securityv1.BackupVerifyRun) string {
 }
 
 // FullRestore advances a full-restore: sandboxes, the Restore, and, once it is terminal, the diff.
-func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) Outcome {
+func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (Outcome, error) {
 	out := Outcome{Done: true}
-	vb := c.backup(ctx, run, &out)
-	if vb == nil {
-		return out
+	vb, bsl, err := c.locate(ctx, run, &out)
+	if err != nil || vb == nil {
+		return out, err
 	}
 	// While this run's Restore is in flight there is nothing to read from the object store: every
 	// poll would otherwise download the resource list again. A Restore of this run that is being
 	// deleted means an earlier pass finished and began cleaning up, then died before writing the
 	// Result, and the verdict died with it: the run waits until the Restore and its sandboxes are
 	// gone and restores again, within its timeout.
+	restoreKey := client.ObjectKey{Namespace: vb.Namespace, Name: RestoreName(run)}
 	inFlight := &velerov1.Restore{}
-	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: vb.Namespace, Name: RestoreName(run)}, inFlight)
-	if err == nil && inFlight.Labels[securityv1.LabelRunUID] == string(run.UID) &&
-		(!restoreTerminal(inFlight.Status.Phase) || !inFlight.DeletionTimestamp.IsZero()) {
+	err = c.Reader.Get(ctx, restoreKey, inFlight)
+	switch {
+	case err == nil && inFlight.Labels[securityv1.LabelRunUID] == string(run.UID) &&
+		(!restoreTerminal(inFlight.Status.Phase) || !inFlight.DeletionTimestamp.IsZero()):
 		out.Done = false
-		return out
+		return out, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return out, APIError("reading Velero restore "+restoreKey.String(), err)
 	}
-	list, err := c.resourceList(ctx, run, vb)
-	if err != nil {
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, "reading the backup's resource list: "+err.Error())
-		return out
+	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
+	list, err := c.resourceList(ctx, run, vb, bsl)
+	switch {
+	case errors.Is(err, errFileMissing):
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's resource list is missing from its storage location "+bsl.Name)
+		return out, nil
+	case errors.Is(err, errMalformed):
+		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, "the backup's resource list cannot be decoded: "+err.Error())
+		return out, nil
+	case err != nil:
+		return out, err
 	}
 	objects, sources := namespaced(list)
 	if len(sources) == 0 {
-		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, "velero.io/Backup "+vb.Name, "the backup holds no namespaced objects to restore")
-		return out
+		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, object, "the backup holds no namespaced objects to restore")
+		return out, nil
 	}
 	mapping := Sandboxes(run, sources)
 	for _, src := range sources {
-		wait, f := c.ensureSandbox(ctx, run, mapping[src])
-		if f != nil {
+		wait, f, err := c.ensureSandbox(ctx, run, mapping[src])
+		switch {
+		case err != nil:
+			return out, err
+		case f != nil:
 			out.Findings = append(out.Findings, *f)
-			return out
-		}
-		if wait {
+			return out, nil
+		case wait:
 			out.Done = false
-			return out
+			return out, nil
 		}
 	}
 	vr, err := c.ensureRestore(ctx, run, vb, sources, mapping)
 	if err != nil {
-		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+RestoreName(run), err.Error())
-		return out
+		return out, err
 	}
 	switch vr.Status.Phase {
 	case velerov1.RestorePhaseCompleted:
@@ -310,10 +429,10 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	case velerov1.RestorePhaseFailed, velerov1.RestorePhaseFailedValidation:
 		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+vr.Name,
 			fmt.Sprintf("the restore %s: %s%s", vr.Status.Phase, vr.Status.FailureReason, strings.Join(vr.Status.ValidationErrors, "; ")))
-		return out
+		return out, nil
 	default:
 		out.Done = false
-		return out
+		return out, nil
 	}
 	var missing []missingObject
 	for _, src := range sources {
@@ -325,10 +444,10 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			switch {
 			case err == nil:
 				out.ObjectsRestored++
-			case apierrors.IsNotFound(err):
+			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: mapping[src], name: o.name})
 			default:
-				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: mapping[src], name: o.name, err: err})
+				return out, APIError(fmt.Sprintf("reading %s from the sandbox", describe(o, mapping[src])), err)
 			}
 		}
 	}
@@ -339,22 +458,19 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 				versions[o.gvk.GroupKind()] = o.gvk.Version
 			}
 		}
-		missing = c.regeneratedByControllers(ctx, run, vb, missing, versions, mapping, &out)
+		if missing, err = c.regeneratedByControllers(ctx, run, vb, bsl, missing, versions, mapping, &out); err != nil {
+			return out, fmt.Errorf("checking whether controllers regenerate the objects missing from the sandbox: %w", err)
+		}
 	}
 	for _, m := range missing {
-		o := objectRef{gvk: m.gvk, name: m.name}
-		if m.err != nil && !meta.IsNoMatchError(m.err) {
-			out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(o, m.sandbox), "reading it from the sandbox: "+m.err.Error())
-			continue
-		}
-		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(o, m.sandbox),
+		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(objectRef{gvk: m.gvk, name: m.name}, m.sandbox),
 			fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", m.gvk.Kind, m.source, m.name))
 	}
 	if out.ObjectsExpected == out.ObjectsRestored && len(out.Findings) == 0 {
 		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name,
 			fmt.Sprintf("all %d namespaced objects of the backup were restored into the sandbox", out.ObjectsExpected))
 	}
-	return out
+	return out, nil
 }
 
 func restoreTerminal(p velerov1.RestorePhase) bool {
@@ -374,32 +490,31 @@ func describe(o objectRef, ns string) string {
 }
 
 // ensureSandbox creates a sandbox labelled with the run's UID, or accepts one that carries it. A
-// namespace the verifier did not create for this run is refused, never reused. wait is true while
-// this run's own sandbox from an earlier pass is still being deleted (see FullRestore).
-func (c *Checker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding) {
+// namespace the verifier did not create for this run is refused (a finding), never reused. wait is
+// true while this run's own sandbox from an earlier pass is still being deleted (see FullRestore).
+func (c *Checker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding, _ error) {
 	ns := &corev1.Namespace{}
 	err := c.Reader.Get(ctx, client.ObjectKey{Name: name}, ns)
-	if err == nil {
-		if ns.Labels[securityv1.LabelRunUID] == string(run.UID) {
-			return !ns.DeletionTimestamp.IsZero(), nil
-		}
+	switch {
+	case err == nil && ns.Labels[securityv1.LabelRunUID] == string(run.UID):
+		return !ns.DeletionTimestamp.IsZero(), nil, nil
+	case err == nil:
 		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
-			Message: fmt.Sprintf("sandbox namespace %s already exists and was not created for this run; it is never reused", name)}
-	}
-	if !apierrors.IsNotFound(err) {
-		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name, Message: err.Error()}
+			Message: fmt.Sprintf("sandbox namespace %s already exists and was not created for this run; it is never reused", name)}, nil
+	case !apierrors.IsNotFound(err):
+		return false, nil, APIError("reading sandbox namespace "+name, err)
 	}
 	if !strings.HasSuffix(name, securityv1.SandboxSuffix) {
 		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
-			Message: fmt.Sprintf("sandbox namespace %s does not end with %s", name, securityv1.SandboxSuffix)}
+			Message: fmt.Sprintf("sandbox namespace %s does not end with %s", name, securityv1.SandboxSuffix)}, nil
 	}
 	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}}}
 	if err := c.Client.Create(ctx, ns); err != nil {
-		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
-			Message: "creating the sandbox: " + err.Error()}
+		// AlreadyExists included: the next pass reads whose it is.
+		return false, nil, APIError("creating sandbox namespace "+name, err)
 	}
-	return false, nil
+	return false, nil, nil
 }
 
 func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, sources []string, mapping map[string]string) (*velerov1.Restore, error) {
@@ -407,13 +522,17 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 	vr := &velerov1.Restore{}
 	err := c.Reader.Get(ctx, key, vr)
 	if err == nil {
-		if vr.Labels[securityv1.LabelRunUID] != string(run.UID) {
-			return nil, fmt.Errorf("velero restore %s exists and belongs to another run", key)
+		if owner := vr.Labels[securityv1.LabelRunUID]; owner != string(run.UID) {
+			// Left by an earlier run of the same name (deleted and created again mid-restore), or
+			// made by someone else: not this run's, never adopted or deleted, and waiting will not
+			// make it go away.
+			return nil, reconcile.TerminalError(fmt.Errorf("velero restore %s exists and does not belong to this run (its %s label is %q); "+
+				"delete it, and any namespace labelled %s=%s, then create the run again", key, securityv1.LabelRunUID, owner, securityv1.LabelRunUID, owner))
 		}
 		return vr, nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, err
+		return nil, APIError("reading velero restore "+key.String(), err)
 	}
 	noCluster := false
 	vr = &velerov1.Restore{
@@ -427,19 +546,25 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 		},
 	}
 	if err := c.Client.Create(ctx, vr); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating velero restore %s: %w", key, err)
+		return nil, APIError("creating velero restore "+key.String(), err)
 	}
 	return vr, nil
 }
 
 // Cleanup deletes the run's Restore and the sandboxes carrying its UID, best-effort: each failure
-// is a finding; nothing else is ever deleted.
+// is a finding; nothing else is ever deleted (a Restore under the run's Restore name that is not
+// labelled with its UID is left alone).
 func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
 	var out []securityv1.Finding
-	vr := &velerov1.Restore{ObjectMeta: metav1.ObjectMeta{Namespace: backupNamespace(run), Name: RestoreName(run)}}
-	if err := c.Client.Delete(ctx, vr); err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+	key := client.ObjectKey{Namespace: backupNamespace(run), Name: RestoreName(run)}
+	vr := &velerov1.Restore{}
+	err := c.Reader.Get(ctx, key, vr)
+	if err == nil && vr.Labels[securityv1.LabelRunUID] == string(run.UID) {
+		err = c.Client.Delete(ctx, vr, client.Preconditions{UID: &vr.UID})
+	}
+	if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
 		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
-			Object: "velero.io/Restore " + vr.Name, Message: "deleting the verification restore: " + err.Error()})
+			Object: "velero.io/Restore " + key.Name, Message: "deleting the verification restore: " + err.Error()})
 	}
 	nss := &corev1.NamespaceList{}
 	if err := c.Reader.List(ctx, nss, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {

@@ -2,17 +2,26 @@ package verifyrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -29,8 +38,49 @@ const DefaultTimeout = 30 * time.Minute
 // PollInterval is how often a full-restore checks its Restore (the spec's 10 s).
 const PollInterval = 10 * time.Second
 
+// Retries after infrastructure trouble (the API server, Velero, the object store, the check's
+// process) back off per run from RetryBase, doubling up to RetryMax, and never past the run's
+// deadline.
+const (
+	RetryBase = time.Second
+	RetryMax  = time.Minute
+)
+
+// CleanupTimeout bounds the cleanup of a full-restore (its Restore and sandboxes), which runs
+// after the run's deadline when the run timed out.
+const CleanupTimeout = 30 * time.Second
+
 // Source is the SecurityEvent source of the verifier.
 const Source = "ugallu-backup-verify"
+
+// Condition types of a BackupVerifyRun and their reasons (UpperCamel).
+const (
+	// ConditionReady is written when the run ends: True when it Succeeded, False when it Failed.
+	// Its reason is the run's terminal SecurityEvent type (the Reason* constants below).
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while the run is Running, with a reason saying what it does,
+	// and False once it ended, with Ready's reason.
+	ConditionProgressing = "Progressing"
+
+	// ReasonVerifying: the backend is being checked.
+	ReasonVerifying = "Verifying"
+	// ReasonRestoreInProgress: a full-restore waits for its Velero Restore (polled every 10 s).
+	ReasonRestoreInProgress = "RestoreInProgress"
+	// ReasonRetrying: the last attempt met infrastructure trouble (the message says which and
+	// what to check); it is retried with backoff until the run's timeout.
+	ReasonRetrying = "Retrying"
+	// ReasonBackupVerifyCompleted: the run Succeeded; no finding is high or worse.
+	ReasonBackupVerifyCompleted = securityv1.EventBackupVerifyCompleted
+	// ReasonBackupVerifyMismatch: the run Failed on a finding of high or worse about the backup.
+	ReasonBackupVerifyMismatch = securityv1.EventBackupVerifyMismatch
+	// ReasonBackupVerifyFailed: the run Failed without such a finding: the verification could not
+	// be carried out (infrastructure trouble a retry cannot fix, or the timeout passed).
+	ReasonBackupVerifyFailed = securityv1.EventBackupVerifyFailed
+)
+
+// DetailFailure is the key, in a Result's details, of why its run could not be carried out
+// (BackupVerifyFailed). A crash after the Result was written resumes from it.
+const DetailFailure = "failure"
 
 // Reconciler runs one BackupVerifyRun.
 type Reconciler struct {
@@ -41,11 +91,25 @@ type Reconciler struct {
 	// EtcdSnapshotDir is --etcd-snapshot-dir.
 	EtcdSnapshotDir        string
 	ClusterID, ClusterName string
+
+	backoffOnce sync.Once
+	backoff     workqueue.TypedRateLimiter[types.UID]
+}
+
+// scope is one pass over a run: the run as read (orig) and as it is being changed, and the time.
+// Its status is written once, when the pass ends (patchStatus).
+type scope struct {
+	run, orig *securityv1.BackupVerifyRun
+	now       metav1.Time
+	deadline  time.Time
+	timeout   time.Duration
+	// result is the run's Result once written or found.
+	result *securityv1.BackupVerifyResult
 }
 
 // Reconcile follows the spec's loop: terminal → nothing; "" → Running + BackupVerifyStarted;
-// Running → execute the backend, and at the end one Result, the terminal phase, one SecurityEvent.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+// Running → execute the backend, and at the end one Result, one SecurityEvent, the terminal phase.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, retErr error) {
 	run := &securityv1.BackupVerifyRun{}
 	if err := r.Client.Get(ctx, req.NamespacedName, run); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -53,44 +117,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if run.Status.Phase.IsTerminal() {
 		return reconcile.Result{}, nil
 	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("run", klog.KObj(run), "runUID", run.UID))
 	now := metav1.NewTime(r.Clock.Now())
 	if run.Status.Phase == "" || run.Status.Phase == securityv1.RunPending {
-		orig := run.DeepCopy()
-		run.Status.Phase = securityv1.RunRunning
-		run.Status.StartTime = &now
-		if err := r.Client.Status().Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := r.start(ctx, run, now); err != nil {
 			return reconcile.Result{}, err
 		}
-		if err := r.emit(ctx, run, securityv1.EventBackupVerifyStarted, securityv1.SeverityInfo, "Verification started", nil); err != nil {
-			return reconcile.Result{}, err
-		}
-		r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, securityv1.EventBackupVerifyStarted, "Verify", "Verifying %s backup %s (%s)", run.Spec.Backend, run.Spec.BackupRef.Name, mode(run))
-		return reconcile.Result{RequeueAfter: time.Millisecond}, nil
 	}
+	s := &scope{run: run, orig: run.DeepCopy(), now: now, timeout: timeoutOf(run)}
+	s.deadline = now.Add(s.timeout)
+	if run.Status.StartTime != nil {
+		s.deadline = run.Status.StartTime.Add(s.timeout)
+	}
+	defer r.patchStatus(ctx, s, &res, &retErr)
+	return r.advance(ctx, s)
+}
 
-	// A Result exists only once the run finished executing: a crash after writing it resumes at
-	// the terminal writes, never re-running the backend (the sandbox may be gone by then).
-	if res, err := r.existingResult(ctx, run); err != nil {
-		return reconcile.Result{}, err
-	} else if res != nil {
-		return reconcile.Result{}, r.finish(ctx, run, res, now)
+func timeoutOf(run *securityv1.BackupVerifyRun) time.Duration {
+	if run.Spec.Timeout != nil && run.Spec.Timeout.Duration > 0 {
+		return run.Spec.Timeout.Duration
 	}
-
-	out, done := r.execute(ctx, run, now)
-	if !done {
-		return reconcile.Result{RequeueAfter: PollInterval}, nil
-	}
-	if mode(run) == securityv1.ModeFullRestore {
-		out.Findings = append(out.Findings, r.Velero.Cleanup(ctx, run)...)
-		if run.Status.StartTime != nil {
-			metrics.FullRestoreDuration.WithLabelValues(outcomeOf(out.Findings)).Observe(now.Sub(run.Status.StartTime.Time).Seconds())
-		}
-	}
-	res, err := r.writeResult(ctx, run, out)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{}, r.finish(ctx, run, res, now)
+	return DefaultTimeout
 }
 
 func mode(run *securityv1.BackupVerifyRun) securityv1.Mode {
@@ -100,67 +147,202 @@ func mode(run *securityv1.BackupVerifyRun) securityv1.Mode {
 	return run.Spec.Mode
 }
 
-// execute runs the backend, enforcing the timeout. done is false while a Restore is in flight.
-func (r *Reconciler) execute(ctx context.Context, run *securityv1.BackupVerifyRun, now metav1.Time) (velerocheck.Outcome, bool) {
-	timeout := DefaultTimeout
-	if run.Spec.Timeout != nil {
-		timeout = run.Spec.Timeout.Duration
+// start records the start of a run: the BackupVerifyStarted SecurityEvent first (named from the
+// run, so a second attempt finds it instead of emitting another), then phase Running and
+// startTime in one optimistic write. A failure of either leaves the run Pending and is retried:
+// the event is neither lost nor doubled, and the deadline counts from a persisted startTime.
+func (r *Reconciler) start(ctx context.Context, run *securityv1.BackupVerifyRun, now metav1.Time) error {
+	if err := r.emit(ctx, run, securityv1.EventBackupVerifyStarted, securityv1.SeverityInfo, "Verification started", nil); err != nil {
+		return err
 	}
-	if run.Status.StartTime != nil && now.Sub(run.Status.StartTime.Time) > timeout {
-		return velerocheck.Outcome{Done: true, Findings: []securityv1.Finding{{
-			Code: securityv1.CodeTimeout, Severity: securityv1.SeverityHigh,
-			Message: fmt.Sprintf("the verification did not finish within its timeout of %s", timeout),
-		}}}, true
+	orig := run.DeepCopy()
+	run.Status.Phase = securityv1.RunRunning
+	run.Status.StartTime = &now
+	setCondition(run, ConditionProgressing, metav1.ConditionTrue, ReasonVerifying,
+		fmt.Sprintf("verifying %s backup %s (%s)", run.Spec.Backend, run.Spec.BackupRef.Name, mode(run)), now)
+	if err := r.Client.Status().Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("recording the run's start: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Verification started", "phase", run.Status.Phase, "backend", run.Spec.Backend, "mode", mode(run),
+		"backup", run.Spec.BackupRef.Name, "timeout", timeoutOf(run))
+	r.Recorder.Eventf(run, nil, corev1.EventTypeNormal, securityv1.EventBackupVerifyStarted, "Verify", "Verifying %s backup %s (%s)", run.Spec.Backend, run.Spec.BackupRef.Name, mode(run))
+	return nil
+}
+
+// advance takes a Running run one step: a pass of its backend, then either a retry or a poll
+// (bounded by the deadline), or its end: cleanup, the Result, the terminal event and status.
+func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	// A Result of this run exists only once its execution is over: a crash after writing it
+	// resumes at the terminal writes, never re-running the backend (the sandbox may be gone).
+	res, err := r.ownResult(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if res != nil {
+		log.V(1).Info("Resuming at the terminal writes", "result", klog.KObj(res))
+		return reconcile.Result{}, r.finish(ctx, s, res)
+	}
+
+	remaining := s.deadline.Sub(s.now.Time)
+	var out velerocheck.Outcome
+	var execErr error
+	expired := remaining <= 0
+	if !expired {
+		log.V(1).Info("Running the backend", "backend", s.run.Spec.Backend, "mode", mode(s.run), "remaining", remaining.Round(time.Second))
+		ectx, cancel := context.WithTimeout(ctx, remaining)
+		out, execErr = r.execute(ectx, s.run)
+		// A pass that ended with its context, not one that finished just in time.
+		expired = ectx.Err() != nil && ctx.Err() == nil && (execErr != nil || !out.Done)
+		cancel()
+	}
+	if ctx.Err() != nil {
+		return reconcile.Result{}, ctx.Err() // the manager is stopping: the next leader resumes
 	}
 	switch {
-	case run.Spec.Backend == securityv1.BackendEtcdSnapshot:
-		// The check runs in a child process that the run's own timeout bounds.
-		checkCtx := ctx
-		if run.Status.StartTime != nil {
-			var cancel context.CancelFunc
-			checkCtx, cancel = context.WithDeadline(ctx, run.Status.StartTime.Add(timeout))
-			defer cancel()
+	case expired:
+		out = timedOut(s, out, execErr)
+	case execErr != nil && errors.Is(execErr, reconcile.TerminalError(nil)):
+		out = failed(out, message(execErr))
+	case execErr != nil:
+		delay := min(r.retryDelay(s.run.UID), remaining)
+		msg := "retrying in " + delay.Round(time.Second).String() + ": " + message(execErr)
+		if c := meta.FindStatusCondition(s.run.Status.Conditions, ConditionProgressing); c == nil || c.Reason != ReasonRetrying {
+			log.Info("Verification meets infrastructure trouble; retrying until the run's timeout", "error", message(execErr), "retryIn", delay, "deadline", s.deadline)
+		} else {
+			log.V(1).Info("Retrying", "error", message(execErr), "retryIn", delay)
 		}
-		rep := etcdsnap.Verify(checkCtx, r.EtcdSnapshotDir, run.Spec.BackupRef.Name)
-		return velerocheck.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, SizeBytes: rep.SizeBytes, Details: rep.Details}, true
+		setCondition(s.run, ConditionProgressing, metav1.ConditionTrue, ReasonRetrying, msg, s.now)
+		return reconcile.Result{RequeueAfter: delay}, nil
+	case !out.Done:
+		msg := "waiting for velero restore " + velerocheck.RestoreName(s.run)
+		log.V(1).Info("Restore in progress", "restore", velerocheck.RestoreName(s.run), "pollIn", min(PollInterval, remaining))
+		setCondition(s.run, ConditionProgressing, metav1.ConditionTrue, ReasonRestoreInProgress, msg, s.now)
+		return reconcile.Result{RequeueAfter: min(PollInterval, remaining)}, nil
+	}
+	if s.run.Spec.Backend == securityv1.BackendVelero && mode(s.run) == securityv1.ModeFullRestore {
+		log.V(1).Info("Cleaning up the Restore and sandboxes")
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+		out.Findings = append(out.Findings, r.Velero.Cleanup(cctx, s.run)...)
+		cancel()
+	}
+	log.V(1).Info("Writing the Result", "findings", len(out.Findings))
+	if res, err = r.writeResult(ctx, s, out); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.finish(ctx, s, res)
+}
+
+// timedOut ends a run whose deadline passed: a timeout finding (medium: it says the verification
+// did not happen, nothing about the backup), the facts found before, and the failure.
+func timedOut(s *scope, out velerocheck.Outcome, lastErr error) velerocheck.Outcome {
+	msg := fmt.Sprintf("the verification did not finish within its timeout of %s", s.timeout)
+	if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
+		msg += "; the last attempt failed: " + message(lastErr)
+	} else if lastErr == nil {
+		if c := meta.FindStatusCondition(s.run.Status.Conditions, ConditionProgressing); c != nil && c.Reason == ReasonRetrying {
+			msg += "; " + c.Message
+		}
+	}
+	out = failed(out, msg)
+	out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeTimeout, Severity: securityv1.SeverityMedium, Message: truncate(msg, 4096)})
+	return out
+}
+
+// failed is an outcome of a verification that could not be carried out: the facts found before
+// it stopped, and why.
+func failed(out velerocheck.Outcome, why string) velerocheck.Outcome {
+	done := velerocheck.Outcome{Done: true, Findings: out.Findings, RecordedChecksum: out.RecordedChecksum, ComputedChecksum: out.ComputedChecksum,
+		SizeBytes: out.SizeBytes, Details: map[string]string{}}
+	for k, v := range out.Details {
+		done.Details[k] = v
+	}
+	done.Details[DetailFailure] = truncate(why, 4096)
+	return done
+}
+
+// execute runs one pass of the backend within ctx (the run's deadline). A nil error and Done
+// mean the outcome is final; an error is infrastructure trouble, final when wrapped in
+// reconcile.TerminalError.
+func (r *Reconciler) execute(ctx context.Context, run *securityv1.BackupVerifyRun) (velerocheck.Outcome, error) {
+	switch {
+	case run.Spec.Backend == securityv1.BackendEtcdSnapshot:
+		rep, err := etcdsnap.Verify(ctx, r.EtcdSnapshotDir, run.Spec.BackupRef.Name)
+		out := velerocheck.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, SizeBytes: rep.SizeBytes, Details: rep.Details}
+		switch {
+		case err == nil, ctx.Err() != nil, errors.Is(err, etcdsnap.ErrCheckNotStarted):
+		case errors.Is(err, etcdsnap.ErrCheckKilled):
+			err = reconcile.TerminalError(fmt.Errorf("%w; the verifier's resources were exhausted: raise its container's memory limit (deploy/verifier/manager), or check the node's memory pressure", err))
+		default:
+			err = reconcile.TerminalError(fmt.Errorf("%w; see the verifier's log", err))
+		}
+		return out, err
 	case mode(run) == securityv1.ModeFullRestore:
-		out := r.Velero.FullRestore(ctx, run)
-		return out, out.Done
+		return r.Velero.FullRestore(ctx, run)
 	default:
-		return r.Velero.Checksum(ctx, run), true
+		return r.Velero.Checksum(ctx, run)
+	}
+}
+
+func (r *Reconciler) retryDelay(uid types.UID) time.Duration {
+	r.backoffOnce.Do(func() {
+		r.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](RetryBase, RetryMax)
+	})
+	return r.backoff.When(uid)
+}
+
+func (r *Reconciler) forgetRetries(uid types.UID) {
+	if r.backoff != nil {
+		r.backoff.Forget(uid)
 	}
 }
 
 func resultName(run *securityv1.BackupVerifyRun) string { return run.Name }
 
-func (r *Reconciler) existingResult(ctx context.Context, run *securityv1.BackupVerifyRun) (*securityv1.BackupVerifyResult, error) {
+// ownResult returns the run's Result, if written. A Result under the run's name that belongs to
+// another run (an earlier run of the same name, deleted and created again before the garbage
+// collector removed its Result, or whose Result was orphaned) is not this run's verdict: it is
+// deleted, exactly that object, and this run writes its own. Nothing of it is adopted.
+func (r *Reconciler) ownResult(ctx context.Context, s *scope) (*securityv1.BackupVerifyResult, error) {
 	res := &securityv1.BackupVerifyResult{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: resultName(run)}, res)
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.run.Namespace, Name: resultName(s.run)}, res)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading BackupVerifyResult: %w", err)
 	}
-	if res.Spec.RunRef.UID != run.UID {
-		return nil, fmt.Errorf("BackupVerifyResult %s/%s belongs to another run (uid %s)", res.Namespace, res.Name, res.Spec.RunRef.UID)
+	if res.Spec.RunRef.UID == s.run.UID {
+		return res, nil
 	}
-	return res, nil
+	ctrl.LoggerFrom(ctx).Info("Deleting the BackupVerifyResult of an earlier run of the same name", "result", klog.KObj(res), "itsRunUID", res.Spec.RunRef.UID)
+	if err := r.Client.Delete(ctx, res, client.Preconditions{UID: &res.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("deleting BackupVerifyResult %s of an earlier run (uid %s): %w", res.Name, res.Spec.RunRef.UID, err)
+	}
+	return nil, nil
 }
 
-// writeResult creates the run's one Result (tolerating AlreadyExists) and sets its worst severity
-// through the status subresource.
-func (r *Reconciler) writeResult(ctx context.Context, run *securityv1.BackupVerifyRun, out velerocheck.Outcome) (*securityv1.BackupVerifyResult, error) {
+// writeResult creates the run's one Result, owned by the run and labelled with its UID.
+func (r *Reconciler) writeResult(ctx context.Context, s *scope, out velerocheck.Outcome) (*securityv1.BackupVerifyResult, error) {
+	run := s.run
 	findings := out.Findings
+	for i := range findings {
+		findings[i].Message = truncate(findings[i].Message, 4096)
+		findings[i].Object = truncate(findings[i].Object, 512)
+	}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity.Rank() > findings[j].Severity.Rank() })
 	if len(findings) > securityv1.MaxFindings {
 		left := len(findings) - (securityv1.MaxFindings - 1)
 		findings = append(findings[:securityv1.MaxFindings-1], securityv1.Finding{Code: securityv1.CodeFindingsTruncated,
 			Severity: securityv1.SeverityInfo, Message: strconv.Itoa(left) + " further findings were left out"})
 	}
+	controller := true
 	res := &securityv1.BackupVerifyResult{
 		ObjectMeta: metav1.ObjectMeta{Name: resultName(run), Namespace: run.Namespace,
-			Labels: map[string]string{securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}},
+			Labels: map[string]string{securityv1.LabelRun: backupsv1.BoundedName(63, run.Name), securityv1.LabelRunUID: string(run.UID)},
+			// No blockOwnerDeletion: that would need update on the runs' finalizers.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: securityv1.GroupVersion.String(), Kind: "BackupVerifyRun",
+				Name: run.Name, UID: run.UID, Controller: &controller}}},
 		Spec: securityv1.BackupVerifyResultSpec{
 			RunRef:  securityv1.RunReference{Name: run.Name, UID: run.UID},
 			Backend: run.Spec.Backend, BackupRef: run.Spec.BackupRef, Mode: mode(run),
@@ -169,22 +351,30 @@ func (r *Reconciler) writeResult(ctx context.Context, run *securityv1.BackupVeri
 			Details: out.Details, Findings: findings,
 		},
 	}
-	err := r.Client.Create(ctx, res)
-	if apierrors.IsAlreadyExists(err) {
-		existing, gerr := r.existingResult(ctx, run)
+	for attempt := 0; ; attempt++ {
+		err := r.Client.Create(ctx, res)
+		if err == nil {
+			return res, nil
+		}
+		if !apierrors.IsAlreadyExists(err) || attempt > 0 {
+			return nil, fmt.Errorf("creating BackupVerifyResult: %w", err)
+		}
+		existing, gerr := r.ownResult(ctx, s)
 		if gerr != nil {
 			return nil, gerr
 		}
-		res = existing
-	} else if err != nil {
-		return nil, fmt.Errorf("creating BackupVerifyResult: %w", err)
+		if existing != nil {
+			return existing, nil
+		}
+		res.ResourceVersion = "" // an earlier run's Result was in the way and is gone: once more
 	}
-	return res, nil
 }
 
-// finish sets the Result's worst severity, the run's terminal phase, and emits the terminal
-// SecurityEvent. Each write is idempotent, so a crash between them is repaired on the next pass.
-func (r *Reconciler) finish(ctx context.Context, run *securityv1.BackupVerifyRun, res *securityv1.BackupVerifyResult, now metav1.Time) error {
+// finish sets the Result's worst severity, emits the terminal SecurityEvent and sets the run's
+// terminal status (written by patchStatus). Each write is idempotent, so a crash between them is
+// repaired on the next pass.
+func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.BackupVerifyResult) error {
+	s.result = res
 	worst := securityv1.WorstSeverity(res.Spec.Findings)
 	if res.Status.WorstSeverity != worst {
 		res.Status.WorstSeverity = worst
@@ -192,51 +382,112 @@ func (r *Reconciler) finish(ctx context.Context, run *securityv1.BackupVerifyRun
 			return fmt.Errorf("writing the Result's worst severity: %w", err)
 		}
 	}
+	failure := res.Spec.Details[DetailFailure]
 	phase := securityv1.RunSucceeded
-	if worst.AtLeast(securityv1.SeverityHigh) {
+	if worst.AtLeast(securityv1.SeverityHigh) || failure != "" {
 		phase = securityv1.RunFailed
 	}
 	eventType := securityv1.TerminalEventType(phase, res.Spec.Findings)
 	top := securityv1.TopFinding(res.Spec.Findings)
-	msg := "Verification succeeded"
-	sev := securityv1.SeverityInfo
-	if top != nil {
+	msg, sev := "Verification succeeded", securityv1.SeverityInfo
+	switch {
+	case eventType == securityv1.EventBackupVerifyFailed:
+		msg, sev = "the verification could not be carried out: "+failure, securityv1.SeverityMedium
+		if top != nil && top.Severity.Rank() > sev.Rank() {
+			sev = top.Severity
+		}
+	case top != nil:
 		msg, sev = top.Message, top.Severity
 	}
-	attrs := map[string]string{"result": res.Name, "findings": strconv.Itoa(len(res.Spec.Findings))}
+	attrs := map[string]string{"result": res.Name, "findings": strconv.Itoa(len(res.Spec.Findings)), "reason": eventType}
 	if top != nil {
 		attrs["topFinding"] = top.Code
 	}
 	// The event first: once the phase is terminal the run is never reconciled again.
-	if err := r.emit(ctx, run, eventType, sev, msg, attrs); err != nil {
+	if err := r.emit(ctx, s.run, eventType, sev, msg, attrs); err != nil {
 		return err
 	}
-	orig := run.DeepCopy()
-	run.Status.Phase = phase
-	run.Status.CompletionTime = &now
-	run.Status.ResultRef = res.Name
-	run.Status.WorstSeverity = worst
-	run.Status.Message = msg
-	if err := r.Client.Status().Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("writing the run's terminal phase: %w", err)
+	s.run.Status.Phase = phase
+	if s.run.Status.CompletionTime == nil {
+		s.run.Status.CompletionTime = s.now.DeepCopy()
 	}
-	metrics.Runs.WithLabelValues(string(run.Spec.Backend), string(mode(run)), string(phase)).Inc()
-	for _, f := range res.Spec.Findings {
-		metrics.Findings.WithLabelValues(string(f.Severity)).Inc()
+	s.run.Status.ResultRef = res.Name
+	s.run.Status.WorstSeverity = worst
+	s.run.Status.Message = truncate(msg, 32768)
+	ready := metav1.ConditionFalse
+	if phase == securityv1.RunSucceeded {
+		ready = metav1.ConditionTrue
 	}
-	evType := corev1.EventTypeNormal
-	if phase == securityv1.RunFailed {
-		evType = corev1.EventTypeWarning
-	}
-	r.Recorder.Eventf(run, res, evType, eventType, "Verify", "%s", msg)
+	setCondition(s.run, ConditionReady, ready, eventType, msg, s.now)
+	setCondition(s.run, ConditionProgressing, metav1.ConditionFalse, eventType, msg, s.now)
 	return nil
 }
 
-func outcomeOf(findings []securityv1.Finding) string {
-	if securityv1.WorstSeverity(findings).AtLeast(securityv1.SeverityHigh) {
-		return string(securityv1.RunFailed)
+// patchStatus writes the pass's status changes in one merge patch with an optimistic lock. The
+// effects of a run's end (metrics, its Kubernetes Event, the log line) follow the write that made
+// it terminal, and only that write: each is observed once per run.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope, res *reconcile.Result, retErr *error) {
+	if apiequality.Semantic.DeepEqual(s.orig.Status, s.run.Status) {
+		return
 	}
-	return string(securityv1.RunSucceeded)
+	if err := r.Client.Status().Patch(ctx, s.run, client.MergeFromWithOptions(s.orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if *retErr == nil {
+			*res, *retErr = reconcile.Result{}, fmt.Errorf("patching BackupVerifyRun status: %w", err)
+		}
+		return
+	}
+	if !s.orig.Status.Phase.IsTerminal() && s.run.Status.Phase.IsTerminal() {
+		r.ended(ctx, s)
+	}
+}
+
+// ended records a run's end: metrics, the Kubernetes Event, one log line.
+func (r *Reconciler) ended(ctx context.Context, s *scope) {
+	run := s.run
+	r.forgetRetries(run.UID)
+	phase := string(run.Status.Phase)
+	metrics.Runs.WithLabelValues(string(run.Spec.Backend), string(mode(run)), phase).Inc()
+	var findings []securityv1.Finding
+	if s.result != nil {
+		findings = s.result.Spec.Findings
+	}
+	for _, f := range findings {
+		metrics.Findings.WithLabelValues(string(f.Severity)).Inc()
+	}
+	if mode(run) == securityv1.ModeFullRestore && run.Status.StartTime != nil && run.Status.CompletionTime != nil {
+		metrics.FullRestoreDuration.WithLabelValues(phase).Observe(run.Status.CompletionTime.Sub(run.Status.StartTime.Time).Seconds())
+	}
+	reason := ""
+	if c := meta.FindStatusCondition(run.Status.Conditions, ConditionReady); c != nil {
+		reason = c.Reason
+	}
+	evType := corev1.EventTypeNormal
+	if run.Status.Phase == securityv1.RunFailed {
+		evType = corev1.EventTypeWarning
+	}
+	var related runtime.Object
+	if s.result != nil {
+		related = s.result
+	}
+	r.Recorder.Eventf(run, related, evType, reason, "Verify", "%s", truncate(run.Status.Message, 1024))
+	ctrl.LoggerFrom(ctx).Info("Verification finished", "phase", phase, "reason", reason, "worstSeverity", run.Status.WorstSeverity,
+		"result", run.Status.ResultRef, "findings", len(findings), "message", truncate(run.Status.Message, 1024))
+}
+
+// message is an error's text for a status, finding or event, without controller-runtime's
+// "terminal error: " marker.
+func message(err error) string { return strings.ReplaceAll(err.Error(), "terminal error: ", "") }
+
+func setCondition(run *securityv1.BackupVerifyRun, typ string, status metav1.ConditionStatus, reason, msg string, now metav1.Time) {
+	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+		Message: truncate(msg, 32768), ObservedGeneration: run.Generation, LastTransitionTime: now})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len("…")] + "…"
 }
 
 // EventName is the deterministic name of a run's SecurityEvent of one type: emitted once per run.
@@ -249,9 +500,6 @@ func (r *Reconciler) emit(ctx context.Context, run *securityv1.BackupVerifyRun, 
 		attrs = map[string]string{}
 	}
 	attrs["backend"], attrs["mode"], attrs["backup"] = string(run.Spec.Backend), string(mode(run)), run.Spec.BackupRef.Name
-	if len(msg) > 4096 {
-		msg = msg[:4096]
-	}
 	se := &securityv1.SecurityEvent{
 		ObjectMeta: metav1.ObjectMeta{Name: EventName(run, eventType),
 			Labels: map[string]string{securityv1.LabelRunUID: string(run.UID)}},
@@ -260,7 +508,7 @@ func (r *Reconciler) emit(ctx context.Context, run *securityv1.BackupVerifyRun, 
 			ClusterID: r.ClusterID, ClusterName: r.ClusterName, Source: Source,
 			Subject: securityv1.EventSubject{APIVersion: securityv1.GroupVersion.String(), Kind: "BackupVerifyRun",
 				Namespace: run.Namespace, Name: run.Name, UID: run.UID},
-			OccurredAt: metav1.NewTime(r.Clock.Now()), Message: msg, Attributes: attrs,
+			OccurredAt: metav1.NewTime(r.Clock.Now()), Message: truncate(msg, 4096), Attributes: attrs,
 		},
 	}
 	if err := r.Client.Create(ctx, se); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -1,0 +1,95 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/strategy"
+	"github.com/coffer-backup/coffer/driver-job/internal/jobs"
+	"github.com/coffer-backup/coffer/driver-job/internal/names"
+	"github.com/coffer-backup/coffer/driverkit"
+)
+
+// Backup creates the run's Job or observes it; once the Job succeeded, it reads the agent's
+// artifact report.
+func (d *Driver) Backup(ctx context.Context, run *driverkit.BackupRun[Strategy]) (driverkit.BackupOutcome, error) {
+	jr := jobs.Run{Object: run.Job, Kind: names.KindBackupJob, Own: true}
+	j, err := jobs.Get(ctx, d.Client, jr)
+	if err != nil {
+		return driverkit.BackupOutcome{}, err
+	}
+	if j == nil {
+		if j, err = d.createBackupJob(ctx, run, jr); err != nil {
+			return driverkit.BackupOutcome{}, err
+		}
+	}
+	out, err := jobs.Observe(ctx, d.Live, j)
+	if err != nil {
+		return driverkit.BackupOutcome{}, err
+	}
+	switch {
+	case out.Finished && out.Succeeded:
+		res, err := d.result(run, j, out)
+		return driverkit.BackupOutcome{Result: res}, err
+	case out.Finished:
+		return driverkit.BackupOutcome{}, driverkit.Failf(out.Reason, "%s", out.Message)
+	}
+	return driverkit.BackupOutcome{Waiting: waiting(j)}, nil
+}
+
+func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[Strategy], jr jobs.Run) (*batchv1.Job, error) {
+	app, err := driverkit.Application(ctx, d.Client, run.Job.Namespace, run.Job.Spec.ApplicationRef)
+	if err != nil {
+		return nil, err
+	}
+	data := strategy.Context{Application: app.Object, Parameters: run.Resolved.Parameters, Mode: strategy.ModeBackup}
+	pod, err := jobs.Render(run.Strategy, "template", run.Strategy.Spec.Template, data)
+	if err != nil {
+		return nil, err
+	}
+	env := jobs.Env(jobapi.ModeBackup, jr, run.Job.Spec.ApplicationRef, run.Resolved.Parameters)
+	j, err := jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, run.Strategy, pod, env)
+	if err != nil {
+		return nil, err
+	}
+	ctrl.LoggerFrom(ctx).Info("Created Job", "job", klog.KObj(j))
+	d.Recorder.Eventf(run.Job, nil, corev1.EventTypeNormal, "JobCreated", "Backup", "Created Job %s", j.Name)
+	return j, nil
+}
+
+// result validates the agent's report (or reuses the artifact recorded before a crash: the pods
+// may be gone by now) and describes the Backup.
+func (d *Driver) result(run *driverkit.BackupRun[Strategy], j *batchv1.Job, out jobs.Outcome) (*driverkit.BackupResult, error) {
+	var artifact backupsv1.BackupArtifact
+	if run.Backup != nil && run.Backup.Status.Artifact != nil {
+		artifact = *run.Backup.Status.Artifact
+	} else {
+		report, err := jobapi.ParseArtifactReport(out.Report)
+		if err != nil {
+			where := "no pod of Job " + j.Name + " is left to read"
+			if out.Pod != "" {
+				where = "pod " + out.Pod + " of Job " + j.Name
+			}
+			return nil, driverkit.Failf(backupsv1.ReasonArtifactReportInvalid, "%s reported no usable artifact: %v; a backup that cannot be located is not a backup", where, err)
+		}
+		artifact = backupsv1.BackupArtifact{URI: report.URI, SizeBytes: report.SizeBytes, Checksum: report.Checksum}
+	}
+	meta := map[string]string{names.MetaJobName: j.Name}
+	for k, v := range run.Resolved.Parameters {
+		meta[names.MetaParamPrefix+k] = v
+	}
+	return &driverkit.BackupResult{
+		Artifact:       artifact,
+		TakenAt:        j.Status.StartTime,
+		DriverMetadata: meta,
+		Finalize:       run.Strategy.Spec.CleanupTemplate != nil,
+		Location:       fmt.Sprintf("Job %s reported %s", j.Name, artifact.URI),
+	}, nil
+}

@@ -1,0 +1,88 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/strategy"
+	"github.com/coffer-backup/coffer/driver-job/internal/jobs"
+	"github.com/coffer-backup/coffer/driver-job/internal/names"
+	"github.com/coffer-backup/coffer/driverkit"
+)
+
+// ReasonCleanupFailed: the cleanup Job failed; the Backup is kept and the cleanup retried.
+const ReasonCleanupFailed = "CleanupFailed"
+
+// DeleteArtifact runs the strategy's cleanup Job and is done once it succeeded. The cleanup Job is
+// not owned by the Backup: a foreground deletion of the Backup would otherwise delete the Job
+// that must run before the Backup may go.
+func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (driverkit.DeleteOutcome, error) {
+	jr := jobs.Run{Object: b, Kind: names.KindBackup}
+	j, err := jobs.Get(ctx, d.Client, jr)
+	if err != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	if j == nil {
+		return d.startCleanup(ctx, b, jr)
+	}
+	if !j.DeletionTimestamp.IsZero() {
+		return driverkit.DeleteOutcome{}, nil // a failed attempt going away; its deletion wakes us
+	}
+	out, err := jobs.Observe(ctx, d.Live, j)
+	if err != nil || !out.Finished {
+		return driverkit.DeleteOutcome{}, err
+	}
+	// Delete the Job first: if the driver stops between the two writes, the next attempt reruns an
+	// idempotent cleanup instead of leaking a Job nobody owns.
+	if err := client.IgnoreNotFound(d.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &j.UID})); err != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	if !out.Succeeded {
+		return driverkit.DeleteOutcome{}, driverkit.Failf(ReasonCleanupFailed, "cleanup Job %s failed: %s", j.Name, out.Message)
+	}
+	return driverkit.DeleteOutcome{Done: true, Message: fmt.Sprintf("Job %s deleted the artifact %s", j.Name, artifactURI(b))}, nil
+}
+
+func (d *Driver) startCleanup(ctx context.Context, b *backupsv1.Backup, jr jobs.Run) (driverkit.DeleteOutcome, error) {
+	strat, err := driverkit.GetStrategy(ctx, d.Client, b.Spec.StrategyRef, &jobapi.JobBackupStrategy{})
+	if err != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	if strat.Spec.CleanupTemplate == nil {
+		return driverkit.DeleteOutcome{Kept: true,
+			Message: fmt.Sprintf("JobBackupStrategy %s no longer has a cleanupTemplate; the artifact %s is kept", strat.Name, artifactURI(b))}, nil
+	}
+	backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
+	if err != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	params := jobs.Parameters(b)
+	app := map[string]any{"metadata": map[string]any{"name": b.Spec.ApplicationRef.Name, "namespace": b.Namespace}}
+	pod, err := jobs.Render(strat, "cleanupTemplate", *strat.Spec.CleanupTemplate,
+		strategy.Context{Application: app, Parameters: params, Mode: jobapi.ModeCleanup, Backup: backupObj})
+	if err != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	env := append(jobs.Env(jobapi.ModeCleanup, jr, b.Spec.ApplicationRef, params), jobs.ArtifactEnv(b)...)
+	var j *batchv1.Job
+	if j, err = jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, strat, pod, env); err != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	d.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "CleanupStarted", "Cleanup", "Created Job %s to delete the artifact %s", j.Name, artifactURI(b))
+	return driverkit.DeleteOutcome{}, nil
+}
+
+func artifactURI(b *backupsv1.Backup) string {
+	if b.Status.Artifact == nil {
+		return "(none recorded)"
+	}
+	return b.Status.Artifact.URI
+}

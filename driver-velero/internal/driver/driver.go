@@ -1,0 +1,122 @@
+// Package driver is the Velero strategy driver on driverkit: a BackupJob becomes one velero.io/v1
+// Backup confined to the BackupJob's namespace, then a Coffer Backup with the tarball's size and
+// SHA-256; a RestoreJob becomes one velero.io/v1 Restore mapped exactly onto its target; deleting a
+// Backup deletes the Velero backup through a DeleteBackupRequest. What every driver shares (claims,
+// deadlines, status, events, metrics) is driverkit's.
+package driver
+
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=velerodriver.backups.cozystack.io,resources=velerobackupstrategies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=velero.io,resources=backups;restores;downloadrequests;deletebackuprequests,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=update;patch
+// +kubebuilder:rbac:groups=velero.io,resources=backupstoragelocations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+import (
+	"net/http"
+	"time"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/driverkit"
+)
+
+// DefaultDeadline bounds a run when its strategy sets no deadline.
+const DefaultDeadline = time.Hour
+
+// Strategy is the driver's strategy type.
+type Strategy = *veleroapi.VeleroBackupStrategy
+
+// Kit is the driverkit instance of this driver.
+type Kit = driverkit.Kit[Strategy]
+
+// Driver implements driverkit.Driver for VeleroBackupStrategies.
+type Driver struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// HTTP downloads backup tarballs from the object store (presigned URLs).
+	HTTP *http.Client
+	// DownloadTimeout bounds the wait for Velero to answer a DownloadRequest.
+	DownloadTimeout time.Duration
+}
+
+var _ driverkit.Driver[Strategy] = (*Driver)(nil)
+
+// Scheme knows the kinds the driver reads and writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(backupsv1.AddToScheme(s))
+	utilruntime.Must(veleroapi.AddToScheme(s))
+	utilruntime.Must(velerov1.AddToScheme(s))
+	return s
+}
+
+// metrics are created once per process (they are registered on controller-runtime's registry).
+var metrics = driverkit.NewMetrics("coffer_velero", names.DriverName, nil)
+
+// New returns the kit running d; SetupWithManager fills what is left unset from the manager.
+func New(d *Driver) *Kit {
+	toRun := handler.EnqueueRequestsFromMapFunc(names.RunOf)
+	return &Kit{
+		Name:        names.DriverName,
+		Strategy:    driverkit.StrategyKind{Group: veleroapi.Group, Kind: veleroapi.Kind},
+		NewStrategy: func() Strategy { return &veleroapi.VeleroBackupStrategy{} },
+		Finalizer:   names.Finalizer,
+		Driver:      d,
+		Client:      d.Client,
+		Recorder:    d.Recorder,
+		Metrics:     metrics,
+		// A Coffer Backup has its BackupJob's namespace and name, which its Velero objects name.
+		BackupJobWatches:  []driverkit.Watch{{Object: &velerov1.Backup{}, Handler: toRun}},
+		RestoreJobWatches: []driverkit.Watch{{Object: &velerov1.Restore{}, Handler: toRun}},
+		BackupWatches:     []driverkit.Watch{{Object: &velerov1.Backup{}, Handler: toRun}, {Object: &velerov1.DeleteBackupRequest{}, Handler: toRun}},
+	}
+}
+
+// Setup registers the driver with a manager.
+func Setup(mgr ctrl.Manager, d *Driver) error {
+	if d.Client == nil {
+		d.Client = mgr.GetClient()
+	}
+	if d.Recorder == nil {
+		d.Recorder = mgr.GetEventRecorder(names.DriverName)
+	}
+	return New(d).SetupWithManager(mgr)
+}
+
+// Deadline is the strategy's deadline, DefaultDeadline when unset.
+func (d *Driver) Deadline(s Strategy) time.Duration {
+	if s.Spec.Deadline != nil {
+		return s.Spec.Deadline.Duration
+	}
+	return DefaultDeadline
+}
+
+func veleroNamespace(s Strategy) string {
+	if s.Spec.VeleroNamespace != "" {
+		return s.Spec.VeleroNamespace
+	}
+	return veleroapi.DefaultVeleroNamespace
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "no reason given"
+	}
+	return s
+}

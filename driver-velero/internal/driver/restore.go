@@ -1,0 +1,137 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/strategy"
+	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/driverkit"
+)
+
+// Restore options read from spec.options.
+const (
+	// OptionTargetNamespace restores into another namespace, mapped exactly from the backup's.
+	OptionTargetNamespace = "targetNamespace"
+	// OptionAllowExistingTarget ("true") allows a restore into a namespace that already holds the
+	// target application.
+	OptionAllowExistingTarget = "allowExistingTarget"
+)
+
+// Restore starts the run's Velero restore or observes it.
+func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy]) (driverkit.RestoreOutcome, error) {
+	vr, err := d.ensureRestore(ctx, run)
+	if err != nil {
+		return driverkit.RestoreOutcome{}, err
+	}
+	switch vr.Status.Phase {
+	case velerov1.RestorePhaseCompleted:
+		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed", vr.Namespace, vr.Name)}, nil
+	case velerov1.RestorePhasePartiallyFailed:
+		msg := fmt.Sprintf("Velero restore %s/%s completed with %d error(s) and %d warning(s); see `velero restore describe %s --details`",
+			vr.Namespace, vr.Name, vr.Status.Errors, vr.Status.Warnings, vr.Name)
+		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg}, nil
+	case velerov1.RestorePhaseFailed:
+		return driverkit.RestoreOutcome{}, driverkit.Failf(backupsv1.ReasonFailed,
+			"velero restore %s/%s failed: %s", vr.Namespace, vr.Name, orUnknown(vr.Status.FailureReason))
+	case velerov1.RestorePhaseFailedValidation:
+		return driverkit.RestoreOutcome{}, driverkit.Failf(backupsv1.ReasonFailed,
+			"velero restore %s/%s failed validation: %s", vr.Namespace, vr.Name, orUnknown(strings.Join(vr.Status.ValidationErrors, "; ")))
+	}
+	return driverkit.RestoreOutcome{Waiting: fmt.Sprintf("velero restore %s/%s is still %s", vr.Namespace, vr.Name, orUnknown(string(vr.Status.Phase)))}, nil
+}
+
+// ensureRestore finds the run's velero.io Restore or creates it. The restore is confined to the
+// application's namespace whatever the template says: includedNamespaces is that namespace only,
+// a different target is an exact namespaceMapping, and cluster-scoped resources are excluded.
+func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[Strategy]) (*velerov1.Restore, error) {
+	rj, backup, strat := run.RestoreJob, run.Backup, run.Strategy
+	veleroNS := backup.Spec.DriverMetadata[names.MetaNamespace]
+	veleroBackup := backup.Spec.DriverMetadata[names.MetaBackupName]
+	if veleroNS == "" || veleroBackup == "" {
+		return nil, driverkit.Failf(backupsv1.ReasonArtifactReportInvalid,
+			"Backup %s lacks the driver metadata %s and %s", backup.Name, names.MetaNamespace, names.MetaBackupName)
+	}
+	key := client.ObjectKey{Namespace: veleroNS, Name: names.VeleroRestore(rj)}
+	vr := &velerov1.Restore{}
+	err := d.Client.Get(ctx, key, vr)
+	if err == nil {
+		if vr.Labels[backupsv1.LabelRestoreJobUID] != string(rj.UID) {
+			return nil, driverkit.Failf(backupsv1.ReasonNameConflict, "velero restore %s exists and belongs to another run; it was not adopted", key)
+		}
+		return vr, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+
+	source := backup.Namespace
+	target := rj.Namespace
+	if t := rj.Spec.Options[OptionTargetNamespace]; t != "" {
+		target = t
+	}
+	app := backup.Spec.ApplicationRef
+	if rj.Spec.TargetApplicationRef != nil {
+		app = *rj.Spec.TargetApplicationRef
+	}
+	if target != source && rj.Spec.Options[OptionAllowExistingTarget] != "true" {
+		_, err := driverkit.Application(ctx, d.Client, target, app)
+		if err == nil {
+			return nil, driverkit.Failf(backupsv1.ReasonFailed,
+				"namespace %s already holds %s %s; set spec.options.%s: \"true\" to restore over it", target, app.Kind, app.Name, OptionAllowExistingTarget)
+		}
+		if _, isFailure := driverkit.AsFailure(err); !isFailure {
+			return nil, err
+		}
+	}
+
+	spec := velerov1.RestoreSpec{}
+	if strat.Spec.RestoreTemplate != nil {
+		appObj := map[string]any{"metadata": map[string]any{"name": app.Name, "namespace": target}}
+		if live, err := driverkit.Application(ctx, d.Client, source, backup.Spec.ApplicationRef); err == nil {
+			appObj = live.Object
+		}
+		backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(backup)
+		if err != nil {
+			return nil, err
+		}
+		params := map[string]string{}
+		for k, v := range backup.Spec.DriverMetadata {
+			params[k] = v
+		}
+		data := strategy.Context{Application: appObj, Parameters: params, Mode: strategy.ModeRestore, Backup: backupObj}
+		if err := strategy.Render(strat.Spec.RestoreTemplate.Spec, data, &spec); err != nil {
+			return nil, driverkit.Failf(backupsv1.ReasonTemplateRenderFailed, "VeleroBackupStrategy %s restoreTemplate: %v", strat.Name, err)
+		}
+	}
+	spec.BackupName = veleroBackup
+	spec.ScheduleName = ""
+	spec.IncludedNamespaces = []string{source}
+	spec.NamespaceMapping = nil
+	if target != source {
+		spec.NamespaceMapping = map[string]string{source: target}
+	}
+	noCluster := false
+	spec.IncludeClusterResources = &noCluster
+
+	vr = &velerov1.Restore{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: veleroNS, Labels: names.RestoreLabels(rj),
+			Annotations: map[string]string{names.AnnotationRun: rj.Namespace + "/" + rj.Name}},
+		Spec: spec,
+	}
+	if err := d.Client.Create(ctx, vr); err != nil {
+		return nil, fmt.Errorf("creating velero restore %s: %w", key, err)
+	}
+	d.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "VeleroRestoreCreated", "Restore",
+		"Created velero restore %s of backup %s from namespace %s into %s", key, veleroBackup, source, target)
+	return vr, nil
+}

@@ -1,0 +1,156 @@
+package driverkit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+)
+
+// ConditionArtifactDeletion on a Backup being deleted is False while its artifact could not be
+// deleted; the message says why and what to do (contract rule BK-6).
+const ConditionArtifactDeletion = "ArtifactDeletion"
+
+// ReasonDeletionFailing: deleting the artifact keeps failing; the driver retries with backoff.
+const ReasonDeletionFailing = "DeletionFailing"
+
+// Waits between two attempts at deleting an artifact: DeletionRetryDelay for the first
+// DeletionRetryBackoffAfter of a deletion, then DeletionRetryMaxDelay.
+const (
+	DeletionRetryDelay        = time.Minute
+	DeletionRetryBackoffAfter = 10 * time.Minute
+	DeletionRetryMaxDelay     = 10 * time.Minute
+)
+
+// reconcileBackup looks after one Backup of this driver: it keeps ArtifactAvailable current
+// (drivers that implement ArtifactChecker) and carries out deletion behind the driver's finalizer.
+func (k *Kit[S]) reconcileBackup(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	b := &backupsv1.Backup{}
+	if err := k.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !k.Strategy.Owns(b.Spec.StrategyRef) {
+		return reconcile.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("backup", klog.KObj(b))
+	ctx = ctrl.LoggerInto(ctx, log)
+	if b.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, k.checkArtifact(ctx, b)
+	}
+	if k.Finalizer == "" || !controllerutil.ContainsFinalizer(b, k.Finalizer) {
+		return reconcile.Result{}, nil
+	}
+	out, err := k.Driver.DeleteArtifact(ctx, b)
+	if err != nil {
+		return k.deletionFailing(ctx, b, err)
+	}
+	switch {
+	case out.Done:
+		if err := k.release(ctx, b); err != nil {
+			return reconcile.Result{}, err
+		}
+		k.Metrics.finished("cleanup", string(backupsv1.BackupJobSucceeded), -1)
+		log.Info("Deleted artifact; released Backup", "message", out.Message)
+		k.Recorder.Eventf(b, nil, corev1.EventTypeNormal, orDefault(out.Reason, "ArtifactDeleted"), "Delete", "%s", orDefault(out.Message, "The artifact is deleted"))
+	case out.Kept:
+		if err := k.release(ctx, b); err != nil {
+			return reconcile.Result{}, err
+		}
+		log.Info("Released Backup; artifact kept", "message", out.Message)
+		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, orDefault(out.Reason, "ArtifactKept"), "Delete", "%s", out.Message)
+	default:
+		return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// deletionFailing handles a failed deletion attempt. A namespace being deleted cannot hold the
+// Jobs or objects a deletion may need, and must never hang on Coffer's finalizer: the Backup is
+// released and the artifact left in storage, said in a Warning event and the log. Otherwise the
+// Backup stays, with ArtifactDeletion=False saying why, and the deletion is retried with a
+// backoff (a Failure waits DeletionRetryDelay, then DeletionRetryMaxDelay once the deletion is
+// failing for longer than DeletionRetryBackoffAfter).
+func (k *Kit[S]) deletionFailing(ctx context.Context, b *backupsv1.Backup, err error) (reconcile.Result, error) {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		if rerr := k.release(ctx, b); rerr != nil {
+			return reconcile.Result{}, rerr
+		}
+		msg := fmt.Sprintf("namespace %s is being deleted and the artifact %s could not be deleted from it (%v); the artifact is left in storage: delete it there if it is not wanted",
+			b.Namespace, artifactURI(b), err)
+		ctrl.LoggerFrom(ctx).Info("Released Backup of a terminating namespace; artifact kept", "artifact", artifactURI(b), "error", err.Error())
+		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "ArtifactKept", "Delete", "%s", msg)
+		return reconcile.Result{}, nil
+	}
+	orig := b.DeepCopy()
+	msg := fmt.Sprintf("Deleting the artifact %s failed: %v. The Backup is kept and the deletion retried; to keep the artifact and delete the Backup, remove the finalizer %s",
+		artifactURI(b), err, k.Finalizer)
+	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: ConditionArtifactDeletion, Status: metav1.ConditionFalse,
+		Reason: ReasonDeletionFailing, Message: msg, LastTransitionTime: metav1.NewTime(k.Clock.Now())})
+	wrote, perr := PatchStatus(ctx, k.Client, b, orig)
+	if perr != nil {
+		return reconcile.Result{}, perr
+	}
+	if wrote {
+		k.Metrics.finished("cleanup", string(backupsv1.BackupJobFailed), -1)
+		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, ReasonDeletionFailing, "Delete", "%s", msg)
+	}
+	if f, ok := AsFailure(err); ok {
+		delay := DeletionRetryDelay
+		if c := meta.FindStatusCondition(b.Status.Conditions, ConditionArtifactDeletion); c != nil && k.Clock.Since(c.LastTransitionTime.Time) > DeletionRetryBackoffAfter {
+			delay = DeletionRetryMaxDelay
+		}
+		ctrl.LoggerFrom(ctx).Info("Artifact deletion failed", "reason", f.Reason, "error", f.Error(), "retryAfter", delay)
+		return reconcile.Result{RequeueAfter: delay}, nil
+	}
+	return reconcile.Result{}, err
+}
+
+func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) error {
+	checker, ok := k.Driver.(ArtifactChecker)
+	if !ok || b.Status.Phase != backupsv1.BackupReady {
+		return nil // no checker, or the BackupJob reconciler is still writing it
+	}
+	cond, err := checker.CheckArtifact(ctx, b)
+	if err != nil || cond == nil {
+		return err
+	}
+	orig := b.DeepCopy()
+	cond.LastTransitionTime = metav1.NewTime(k.Clock.Now())
+	meta.SetStatusCondition(&b.Status.Conditions, *cond)
+	wrote, err := PatchStatus(ctx, k.Client, b, orig)
+	if wrote && cond.Status == metav1.ConditionFalse {
+		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, cond.Reason, "Check", "%s", cond.Message)
+	}
+	return err
+}
+
+// release removes the driver's finalizer.
+func (k *Kit[S]) release(ctx context.Context, b *backupsv1.Backup) error {
+	if !controllerutil.ContainsFinalizer(b, k.Finalizer) {
+		return nil
+	}
+	orig := b.DeepCopy()
+	controllerutil.RemoveFinalizer(b, k.Finalizer)
+	if err := k.Client.Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("releasing Backup %s: %w", b.Name, err)
+	}
+	return nil
+}
+
+func artifactURI(b *backupsv1.Backup) string {
+	if b.Status.Artifact == nil {
+		return "(none recorded)"
+	}
+	return b.Status.Artifact.URI
+}

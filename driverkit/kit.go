@@ -1,0 +1,121 @@
+package driverkit
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+)
+
+// MaxRetryDelay caps the backoff between retries of a failing reconcile, so a run whose
+// infrastructure keeps failing ends at most this long after its deadline (contract rule GEN-11).
+const MaxRetryDelay = 2 * time.Minute
+
+// DefaultWorkers is how many runs of one kind a driver reconciles at once: one slow object store
+// delays its own run, not every run.
+const DefaultWorkers = 4
+
+// Watch is a further source of events for one of the kit's controllers (for example the Velero
+// Backups a driver creates, mapped back to their BackupJob).
+type Watch struct {
+	Object  client.Object
+	Handler handler.EventHandler
+	Options []builder.WatchesOption
+}
+
+// Kit runs a Driver: it owns the three reconcilers of the run lifecycle.
+type Kit[S client.Object] struct {
+	// Name identifies the driver in claims, events, the managed-by label and logs
+	// ("coffer-driver-velero").
+	Name string
+	// Strategy is the driver's strategy kind; NewStrategy returns an empty one to read into.
+	Strategy    StrategyKind
+	NewStrategy func() S
+	// Finalizer is put on Backups whose BackupResult asks for it; deleting such a Backup calls
+	// DeleteArtifact before the finalizer is released.
+	Finalizer string
+	Driver    Driver[S]
+
+	Client   client.Client
+	Clock    clock.PassiveClock
+	Recorder events.EventRecorder
+	Metrics  *Metrics
+
+	// Further watches of each controller.
+	BackupJobWatches, RestoreJobWatches, BackupWatches []Watch
+	// Workers per controller (default DefaultWorkers).
+	Workers int
+}
+
+// Defaults fills what is unset and can be defaulted without a manager (the clock).
+func (k *Kit[S]) Defaults() *Kit[S] {
+	if k.Clock == nil {
+		k.Clock = clock.RealClock{}
+	}
+	return k
+}
+
+// SetupWithManager fills the kit's defaults from mgr and registers its three controllers.
+func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
+	if k.Client == nil {
+		k.Client = mgr.GetClient()
+	}
+	k.Defaults()
+	if k.Recorder == nil {
+		k.Recorder = mgr.GetEventRecorder(k.Name)
+	}
+	workers := k.Workers
+	if workers == 0 {
+		workers = DefaultWorkers
+	}
+	add := func(name string, obj client.Object, watches []Watch, r reconcile.Reconciler) error {
+		b := ctrl.NewControllerManagedBy(mgr).Named(name).For(obj).WithOptions(controller.Options{
+			MaxConcurrentReconciles: workers,
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, MaxRetryDelay),
+		})
+		for _, w := range watches {
+			b = b.Watches(w.Object, w.Handler, w.Options...)
+		}
+		return b.Complete(r)
+	}
+	if err := add(k.Name+"-backupjob", &backupsv1.BackupJob{}, k.BackupJobWatches, reconcile.Func(k.reconcileBackupJob)); err != nil {
+		return err
+	}
+	if err := add(k.Name+"-restorejob", &backupsv1.RestoreJob{}, k.RestoreJobWatches, reconcile.Func(k.reconcileRestoreJob)); err != nil {
+		return err
+	}
+	return add(k.Name+"-backup", &backupsv1.Backup{}, k.BackupWatches, reconcile.Func(k.reconcileBackup))
+}
+
+// BackupJobReconciler, RestoreJobReconciler and BackupReconciler expose the kit's reconcilers,
+// for tests that drive them without a manager.
+func (k *Kit[S]) BackupJobReconciler() reconcile.Reconciler {
+	k.Defaults()
+	return reconcile.Func(k.reconcileBackupJob)
+}
+
+// RestoreJobReconciler: see BackupJobReconciler.
+func (k *Kit[S]) RestoreJobReconciler() reconcile.Reconciler {
+	k.Defaults()
+	return reconcile.Func(k.reconcileRestoreJob)
+}
+
+// BackupReconciler: see BackupJobReconciler.
+func (k *Kit[S]) BackupReconciler() reconcile.Reconciler {
+	k.Defaults()
+	return reconcile.Func(k.reconcileBackup)
+}
+
+func (k *Kit[S]) strategy(ctx context.Context, ref backupsv1.RunStrategy) (S, error) {
+	return GetStrategy(ctx, k.Client, ref.StrategyRef, k.NewStrategy())
+}

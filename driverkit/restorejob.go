@@ -1,0 +1,133 @@
+package driverkit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+)
+
+// restoreScope is one reconcile of a RestoreJob.
+type restoreScope struct {
+	rj, orig *backupsv1.RestoreJob
+	backup   *backupsv1.Backup // nil when it is gone
+	now      metav1.Time
+	deadline time.Time // known once the strategy is read
+}
+
+// reconcileRestoreJob drives one RestoreJob; its status is written once, at the end.
+func (k *Kit[S]) reconcileRestoreJob(ctx context.Context, req reconcile.Request) (res reconcile.Result, retErr error) {
+	rj := &backupsv1.RestoreJob{}
+	if err := k.Client.Get(ctx, req.NamespacedName, rj); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("restoreJob", klog.KObj(rj))
+	ctx = ctrl.LoggerInto(ctx, log)
+	if !rj.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	if rj.IsTerminal() {
+		return reconcile.Result{}, k.finished(ctx, rj, rj.ClaimedBy())
+	}
+	if !rj.ClaimableBy(k.Name) {
+		return reconcile.Result{}, nil // claimed by another driver: theirs
+	}
+	backup := &backupsv1.Backup{}
+	if err := k.Client.Get(ctx, client.ObjectKey{Namespace: rj.Namespace, Name: rj.Spec.BackupRef.Name}, backup); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		backup = nil
+	}
+	switch {
+	case backup == nil && rj.ClaimedBy() != k.Name:
+		return reconcile.Result{}, nil // whose it is cannot be told: core reports BackupNotFound
+	case backup != nil && !k.Strategy.Owns(backup.Spec.StrategyRef):
+		return reconcile.Result{}, nil
+	}
+	s := &restoreScope{rj: rj, backup: backup, now: metav1.NewTime(k.Clock.Now())}
+	if rj.Status.Phase != backupsv1.RestoreJobRunning {
+		claim := rj.DeepCopy()
+		rj.MarkRunning(s.now, k.Name)
+		if _, err := PatchStatus(ctx, k.Client, rj, claim); err != nil {
+			return reconcile.Result{}, fmt.Errorf("claiming RestoreJob: %w", err)
+		}
+		log.Info("Claimed RestoreJob", "backup", klog.KObj(backup))
+		k.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "Started", "Restore", "Restoring Backup %s with %s", backup.Name, describe(backup.Spec.StrategyRef))
+	}
+	s.orig = rj.DeepCopy()
+	defer func() {
+		wrote, err := PatchStatus(ctx, k.Client, s.rj, s.orig)
+		if err != nil {
+			if retErr == nil {
+				res, retErr = reconcile.Result{}, err
+			}
+			return
+		}
+		if wrote && s.rj.IsTerminal() {
+			k.Metrics.finished("restore", string(s.rj.Status.Phase), s.rj.Status.CompletedAt.Sub(s.rj.Status.StartedAt.Time).Seconds())
+			log.Info("RestoreJob finished", "phase", s.rj.Status.Phase, "message", readyMessage(s.rj.Status.Conditions))
+		}
+	}()
+	res, err := k.runRestore(ctx, s)
+	return k.settle(ctx, err, res, func() time.Time { return s.deadline }, func(reason, msg string) {
+		s.rj.MarkFailed(s.now, reason, msg)
+		k.Recorder.Eventf(s.rj, nil, corev1.EventTypeWarning, reason, "Restore", "%s", msg)
+	})
+}
+
+func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Result, error) {
+	b := s.backup
+	switch {
+	case b == nil:
+		return reconcile.Result{}, Failf(backupsv1.ReasonBackupNotFound,
+			"Backup %s was deleted while the restore ran (retention or a user); the restore did not complete", s.rj.Spec.BackupRef.Name)
+	case !b.DeletionTimestamp.IsZero():
+		return reconcile.Result{}, Failf(backupsv1.ReasonBackupNotFound,
+			"Backup %s is being deleted and its artifact with it; the restore did not complete", b.Name)
+	case b.Status.Phase != backupsv1.BackupReady || b.Status.Artifact == nil:
+		return reconcile.Result{}, Failf(backupsv1.ReasonArtifactMissing, "Backup %s is %q and has no artifact to restore", b.Name, b.Status.Phase)
+	}
+	if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable); c != nil && c.Status == metav1.ConditionFalse {
+		return reconcile.Result{}, Failf(backupsv1.ReasonArtifactMissing, "Backup %s cannot be restored: %s", b.Name, c.Message)
+	}
+	strat, err := GetStrategy(ctx, k.Client, b.Spec.StrategyRef, k.NewStrategy())
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	s.deadline = s.rj.Status.StartedAt.Add(k.Driver.Deadline(strat))
+	dctx, cancel := context.WithDeadline(ctx, s.deadline.Add(MaxRetryDelay))
+	defer cancel()
+	ctrl.LoggerFrom(ctx).V(1).Info("Observing restore", "backup", klog.KObj(b))
+	out, err := k.Driver.Restore(dctx, &RestoreRun[S]{RestoreJob: s.rj, Backup: b, Strategy: strat, Now: s.now.Time, Deadline: s.deadline})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !out.Done {
+		return k.waiting(s.now.Time, s.deadline, out.Waiting, out.RequeueAfter)
+	}
+	s.rj.MarkSucceeded(s.now, out.Message)
+	if out.Warning != "" {
+		k.Recorder.Eventf(s.rj, nil, corev1.EventTypeWarning, backupsv1.ReasonCompletedWithErrors, "Restore", "%s", out.Warning)
+	} else {
+		k.Recorder.Eventf(s.rj, nil, corev1.EventTypeNormal, "Succeeded", "Restore", "%s", out.Message)
+	}
+	return reconcile.Result{}, nil
+}
+
+func readyMessage(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, backupsv1.ConditionReady); c != nil {
+		return c.Message
+	}
+	return ""
+}

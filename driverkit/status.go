@@ -1,0 +1,56 @@
+package driverkit
+
+import (
+	"context"
+	"fmt"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+)
+
+// PatchStatus writes obj's status when it differs from orig's, as a merge patch with an
+// optimistic lock (a status written meanwhile by another writer makes this one fail and retry,
+// never overwrite). Before writing it stamps the object's generation as observedGeneration on
+// the status and on every condition, so a reader can tell what a status is about. It reports
+// whether it wrote.
+func PatchStatus(ctx context.Context, c client.Client, obj, orig client.Object) (bool, error) {
+	stamp(obj)
+	if apiequality.Semantic.DeepEqual(statusOf(orig), statusOf(obj)) {
+		return false, nil
+	}
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, fmt.Errorf("writing the status of %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+	}
+	return true, nil
+}
+
+func stamp(obj client.Object) {
+	gen := obj.GetGeneration()
+	var conds []metav1.Condition
+	switch o := obj.(type) {
+	case *backupsv1.BackupJob:
+		o.Status.ObservedGeneration, conds = gen, o.Status.Conditions
+	case *backupsv1.RestoreJob:
+		o.Status.ObservedGeneration, conds = gen, o.Status.Conditions
+	case *backupsv1.Backup:
+		conds = o.Status.Conditions
+	}
+	for i := range conds {
+		conds[i].ObservedGeneration = gen
+	}
+}
+
+func statusOf(obj client.Object) any {
+	switch o := obj.(type) {
+	case *backupsv1.BackupJob:
+		return o.Status
+	case *backupsv1.RestoreJob:
+		return o.Status
+	case *backupsv1.Backup:
+		return o.Status
+	}
+	panic(fmt.Sprintf("driverkit: no status for %T", obj))
+}

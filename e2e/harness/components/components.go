@@ -1,0 +1,234 @@
+// Package components builds Coffer's component binaries from their own modules and runs them as
+// separate processes against a local cluster, as they run in production.
+package components
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+)
+
+// Build compiles cmd/<binary> of a component module into dir and returns the binary's path.
+func Build(root, component, binary, dir string) (string, error) {
+	out := filepath.Join(dir, binary)
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/"+binary)
+	cmd.Dir = filepath.Join(root, component)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v: %s", binary, err, b)
+	}
+	return out, nil
+}
+
+// Process is a running component.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan error
+	Log  *syncBuffer
+}
+
+// syncBuffer is a log buffer safe to read while the process writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Tail is the last few KiB of the process's output.
+func (p *Process) Tail() string {
+	s := p.Log.String()
+	if len(s) > 4096 {
+		s = s[len(s)-4096:]
+	}
+	return s
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// Start runs a binary with args; its output goes to Log.
+func Start(bin string, args ...string) (*Process, error) {
+	return StartWithEnv(bin, nil, args...)
+}
+
+// StartWithEnv runs a binary with args and, when env is not nil, exactly that environment.
+func StartWithEnv(bin string, env []string, args ...string) (*Process, error) {
+	p := &Process{cmd: exec.Command(bin, args...), done: make(chan error, 1), Log: &syncBuffer{}}
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p.Log, p.Log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	return p, nil
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// PeakRSSBytes reads the process's peak resident set size (VmHWM) from /proc.
+func (p *Process) PeakRSSBytes() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", p.Pid())
+}
+
+// Stop sends SIGTERM and waits (SIGKILL after grace). Stopping a stopped process returns at once.
+func (p *Process) Stop(grace time.Duration) {
+	if p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err // later waits return at once
+	case <-time.After(grace):
+		p.Kill()
+	}
+}
+
+// Kill sends SIGKILL, as a crash would, and waits for the exit.
+func (p *Process) Kill() {
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	err := <-p.done
+	p.done <- err // later waits return at once
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig, next to the admin one, that impersonates the
+// ServiceAccount ns/name: a component started with it has exactly the RBAC deploy/ grants it.
+func ServiceAccountKubeconfig(adminKubeconfig, ns, name string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(adminKubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, auth := range cfg.AuthInfos {
+		auth.Impersonate = "system:serviceaccount:" + ns + ":" + name
+		auth.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	path := filepath.Join(filepath.Dir(adminKubeconfig), "kubeconfig-"+ns+"-"+name)
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// Spec is a component as deploy/ runs it: the module and binary, and the namespace of its
+// ServiceAccount (coffer-<module>) and leader-election Lease.
+type Spec struct {
+	Module, Binary, Namespace string
+	// Args are added to the flags every component takes (kubeconfig, leader election, metrics and
+	// probes off).
+	Args []string
+}
+
+// Component is a running component that can be killed and started again with the same flags.
+type Component struct {
+	Spec
+	*Process
+	// MetricsURL is the component's Prometheus endpoint (plain HTTP on loopback).
+	MetricsURL      string
+	bin, kubeconfig string
+	metricsAddr     string
+}
+
+// Metrics scrapes the component's metrics endpoint.
+func (c *Component) Metrics() (string, error) {
+	resp, err := http.Get(c.MetricsURL)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", c.MetricsURL, resp.Status)
+	}
+	return string(b), err
+}
+
+// Launch builds a component into binDir (unless it is there already) and starts it authenticated
+// as its ServiceAccount.
+func Launch(root, binDir, adminKubeconfig string, s Spec) (*Component, error) {
+	bin := filepath.Join(binDir, s.Binary)
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = Build(root, s.Module, s.Binary, binDir); err != nil {
+			return nil, err
+		}
+	}
+	kc, err := ServiceAccountKubeconfig(adminKubeconfig, s.Namespace, "coffer-"+s.Module)
+	if err != nil {
+		return nil, err
+	}
+	port, err := cluster.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	c := &Component{Spec: s, bin: bin, kubeconfig: kc, metricsAddr: "127.0.0.1:" + strconv.Itoa(port)}
+	c.MetricsURL = "http://" + c.metricsAddr + "/metrics"
+	return c, c.Restart()
+}
+
+// Restart starts the component again (after Kill or Stop).
+func (c *Component) Restart() error {
+	args := append([]string{"--kubeconfig=" + c.kubeconfig, "--leader-elect=true", "--leader-election-namespace=" + c.Namespace,
+		"--metrics-bind-address=" + c.metricsAddr, "--health-probe-bind-address=0"}, c.Args...)
+	p, err := Start(c.bin, args...)
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", c.Binary, err)
+	}
+	if c.Process != nil {
+		p.Log.Write([]byte(c.Log.String() + "\n--- restarted ---\n"))
+	}
+	c.Process = p
+	return nil
+}
+
+// StopAndCheck stops a component at the end of a test, fails the test if the component hit an
+// RBAC denial (the shipped RBAC must cover everything it did), and logs its tail when the test
+// failed.
+func StopAndCheck(t testing.TB, c *Component) {
+	c.Stop(10 * time.Second)
+	if strings.Contains(c.Log.String(), "is forbidden: User") {
+		t.Errorf("%s hit an RBAC denial:\n%s", c.Binary, c.Tail())
+	}
+	if t.Failed() {
+		t.Logf("%s log (tail):\n%s", c.Binary, c.Tail())
+	}
+}
