@@ -3,8 +3,10 @@ package driverkit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -101,6 +103,9 @@ func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Res
 	if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable); c != nil && c.Status == metav1.ConditionFalse {
 		return reconcile.Result{}, Failf(backupsv1.ReasonArtifactMissing, "Backup %s cannot be restored: %s", b.Name, c.Message)
 	}
+	if err := k.targetAdmitted(ctx, s.rj); err != nil {
+		return reconcile.Result{}, err
+	}
 	strat, err := GetStrategy(ctx, k.Client, b.Spec.StrategyRef, k.NewStrategy())
 	if err != nil {
 		return reconcile.Result{}, err
@@ -123,6 +128,37 @@ func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Res
 		k.Recorder.Eventf(s.rj, nil, corev1.EventTypeNormal, "Succeeded", "Restore", "%s", out.Message)
 	}
 	return reconcile.Result{}, nil
+}
+
+// ReasonTargetNotAuthorized fails a restore into another namespace that the admission policy did
+// not authorize.
+const ReasonTargetNotAuthorized = "TargetNotAuthorized"
+
+// targetAdmitted refuses at run time a restore into another namespace that the admission policy
+// coffer-restore-target would refuse, as defense in depth: such a RestoreJob is run only when the
+// policy's binding existed when it was created, so the API server checked its creator's right to
+// create RestoreJobs in the target namespace (contract RJ-9).
+func (k *Kit[S]) targetAdmitted(ctx context.Context, rj *backupsv1.RestoreJob) error {
+	target := rj.TargetNamespace()
+	if target == rj.Namespace {
+		return nil
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	err := k.Client.Get(ctx, client.ObjectKey{Name: backupsv1.RestoreTargetPolicy}, binding)
+	switch {
+	case apierrors.IsNotFound(err):
+		return Failf(ReasonTargetNotAuthorized, "a restore into namespace %s (spec.options.%s) needs the admission policy %s, which is not installed: install deploy/core-controller, then create the RestoreJob again",
+			target, backupsv1.OptionTargetNamespace, backupsv1.RestoreTargetPolicy)
+	case err != nil:
+		return err
+	case !binding.DeletionTimestamp.IsZero() || binding.Spec.PolicyName != backupsv1.RestoreTargetPolicy || !slices.Contains(binding.Spec.ValidationActions, admissionregistrationv1.Deny):
+		return Failf(ReasonTargetNotAuthorized, "a restore into namespace %s needs the admission policy binding %s to deny what its policy refuses; it does not: reinstall deploy/core-controller",
+			target, backupsv1.RestoreTargetPolicy)
+	case rj.CreationTimestamp.Before(&binding.CreationTimestamp):
+		return Failf(ReasonTargetNotAuthorized, "this RestoreJob was created before the admission policy %s was installed, so nobody checked that its creator may restore into namespace %s: create it again",
+			backupsv1.RestoreTargetPolicy, target)
+	}
+	return nil
 }
 
 func readyMessage(conds []metav1.Condition) string {

@@ -29,7 +29,10 @@ type RestoreJobSpec struct {
 	// +kubebuilder:validation:XValidation:rule="size(self.kind) > 0 && size(self.kind) <= 63",message="targetApplicationRef.kind must be 1-63 characters"
 	TargetApplicationRef *corev1.TypedLocalObjectReference `json:"targetApplicationRef,omitempty"`
 
-	// options are driver-specific restore options, e.g. targetNamespace for the Velero driver.
+	// options are restore options. One is standard and read alike by every driver and by the
+	// admission policy coffer-restore-target: targetNamespace (OptionTargetNamespace) restores into
+	// another namespace, admitted only when the creating user may create RestoreJobs there. The
+	// others are driver-specific.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	Options map[string]string `json:"options,omitempty"`
@@ -90,4 +93,21 @@ type RestoreJobList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RestoreJob `json:"items"`
+}
+
+// OptionTargetNamespace is the standard restore option naming the namespace to restore into, when
+// it is not the RestoreJob's own (contract RJ-5, RJ-9).
+const OptionTargetNamespace = "targetNamespace"
+
+// RestoreTargetPolicy is the ValidatingAdmissionPolicy (and its binding) that authorizes a restore
+// into another namespace.
+const RestoreTargetPolicy = "coffer-restore-target"
+
+// TargetNamespace is the namespace the restore writes into: spec.options.targetNamespace, or the
+// RestoreJob's own namespace.
+func (r *RestoreJob) TargetNamespace() string {
+	if t := r.Spec.Options[OptionTargetNamespace]; t != "" {
+		return t
+	}
+	return r.Namespace
 }

@@ -41,8 +41,16 @@ func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy
 	return driverkit.RestoreOutcome{Waiting: waiting(j)}, nil
 }
 
+// ReasonTargetNotSupported fails a restore into another namespace: the Job driver's restore Job
+// runs in, and writes into, the RestoreJob's namespace.
+const ReasonTargetNotSupported = "TargetNotSupported"
+
 func (d *Driver) createRestoreJob(ctx context.Context, run *driverkit.RestoreRun[Strategy], jr jobs.Run) (*batchv1.Job, error) {
 	rj, backup, strat := run.RestoreJob, run.Backup, run.Strategy
+	if t := rj.TargetNamespace(); t != rj.Namespace {
+		return nil, driverkit.Failf(ReasonTargetNotSupported,
+			"the Job driver restores into the RestoreJob's own namespace only; to restore into %s, create the RestoreJob there", t)
+	}
 	target := backup.Spec.ApplicationRef
 	if rj.Spec.TargetApplicationRef != nil {
 		target = *rj.Spec.TargetApplicationRef

@@ -20,8 +20,9 @@ import (
 
 // Restore options read from spec.options.
 const (
-	// OptionTargetNamespace restores into another namespace, mapped exactly from the backup's.
-	OptionTargetNamespace = "targetNamespace"
+	// OptionTargetNamespace restores into another namespace, mapped exactly from the backup's: the
+	// contract's standard option, authorized at admission.
+	OptionTargetNamespace = backupsv1.OptionTargetNamespace
 	// OptionAllowExistingTarget ("true") allows a restore into a namespace that already holds the
 	// target application.
 	OptionAllowExistingTarget = "allowExistingTarget"
@@ -75,10 +76,7 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	}
 
 	source := backup.Namespace
-	target := rj.Namespace
-	if t := rj.Spec.Options[OptionTargetNamespace]; t != "" {
-		target = t
-	}
+	target := rj.TargetNamespace()
 	app := backup.Spec.ApplicationRef
 	if rj.Spec.TargetApplicationRef != nil {
 		app = *rj.Spec.TargetApplicationRef

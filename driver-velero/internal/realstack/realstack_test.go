@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/driver-velero/internal/driver"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
@@ -66,6 +68,18 @@ func run(m *testing.M) int {
 	}
 	defer env.Stop()
 	c, stack, cl = env.Cluster, env.Stack, env.Client
+	// The restore-target admission policy: restores into targetNS are run only once it is bound.
+	root, err := manifests.RepoRoot()
+	if err == nil {
+		var policies []*unstructured.Unstructured
+		if policies, err = manifests.Render(filepath.Join(root, "deploy", "core-controller", "policies")); err == nil {
+			err = manifests.Apply(ctx, cl, policies)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "installing the restore-target policy:", err)
+		return 1
+	}
 	for _, ns := range []string{managedNS, targetNS} {
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
