@@ -375,8 +375,11 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) error {
 		s.deferStatus, s.announcements = true, nil
 		return err
 	}
-	if job == nil { // the name is taken by a foreign object: no status advance
+	if job == nil {
+		// The name is taken by a foreign object: as after a failed create, nothing is written and
+		// the tick waits until the name is free.
 		s.result = reconcile.Result{RequeueAfter: time.Minute}
+		s.deferStatus, s.announcements = true, nil
 		return nil
 	}
 	// Ticks before the most recent one never fire; now that it has, count them.

@@ -322,6 +322,16 @@ func TestForeignObjectHoldsTheName(t *testing.T) {
 	assert.Contains(t, strings.Join(h.drainEvents(), "\n"), "Warning NameConflict BackupJob "+foreign.Name)
 	require.Len(t, h.jobs(), 1)
 	assert.Equal(t, "Other", h.jobs()[0].Spec.ApplicationRef.Kind, "the foreign object is untouched")
+
+	// The tick waited: once the name is free, it fires.
+	require.NoError(t, env.Client.Delete(h.ctx, foreign))
+	h.clock.Step(time.Minute)
+	h.reconcile()
+	jobs := h.jobs()
+	require.Len(t, jobs, 1, "the tick fired once the name was free")
+	assert.True(t, metav1.IsControlledBy(&jobs[0], h.plan))
+	require.NotNil(t, h.plan.Status.LastScheduleTime)
+	assert.Equal(t, tick, h.plan.Status.LastScheduleTime.Time.UTC())
 }
 
 func ptr[T any](v T) *T { return &v }
