@@ -7,8 +7,8 @@ const (
 	ConditionReady = "Ready"
 
 	// ConditionAccepted on a BackupJob or RestoreJob is True once a driver claimed it. Core sets it
-	// False with ReasonNoDriverClaimed when no driver claimed it in time; the run is not failed,
-	// since a driver installed later may still take it.
+	// False (and fails the run) when no driver claimed it within the claim timeout, with the reason
+	// it found: BackupClassNotFound, NoMatchingStrategy, BackupNotFound or NoDriverClaimed.
 	ConditionAccepted = "Accepted"
 
 	// ConditionTickSkipped on a Plan is True after a tick did not fire (missed past
