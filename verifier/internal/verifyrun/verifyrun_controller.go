@@ -205,7 +205,7 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 	case execErr != nil && errors.Is(execErr, reconcile.TerminalError(nil)):
 		out = failed(out, message(execErr))
 	case execErr != nil:
-		delay := min(r.retryDelay(s.run.UID), remaining)
+		delay := min(r.retryDelay(s.run.UID), r.untilDeadline(s))
 		msg := "retrying in " + delay.Round(time.Second).String() + ": " + message(execErr)
 		if c := meta.FindStatusCondition(s.run.Status.Conditions, ConditionProgressing); c == nil || c.Reason != ReasonRetrying {
 			log.Info("Verification meets infrastructure trouble; retrying until the run's timeout", "error", message(execErr), "retryIn", delay, "deadline", s.deadline)
@@ -216,9 +216,10 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 		return reconcile.Result{RequeueAfter: delay}, nil
 	case !out.Done:
 		msg := "waiting for velero restore " + velerocheck.RestoreName(s.run)
-		log.V(1).Info("Restore in progress", "restore", velerocheck.RestoreName(s.run), "pollIn", min(PollInterval, remaining))
+		poll := min(PollInterval, r.untilDeadline(s))
+		log.V(1).Info("Restore in progress", "restore", velerocheck.RestoreName(s.run), "pollIn", poll)
 		setCondition(s.run, ConditionProgressing, metav1.ConditionTrue, ReasonRestoreInProgress, msg, s.now)
-		return reconcile.Result{RequeueAfter: min(PollInterval, remaining)}, nil
+		return reconcile.Result{RequeueAfter: poll}, nil
 	}
 	if s.run.Spec.Backend == securityv1.BackendVelero && mode(s.run) == securityv1.ModeFullRestore {
 		log.V(1).Info("Cleaning up the Restore and sandboxes")
@@ -231,6 +232,12 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.finish(ctx, s, res)
+}
+
+// untilDeadline is how long the run has left now (the pass may have taken a while), at least
+// 100 ms: a requeue of 0 would never come back, and the next pass ends the run if it is late.
+func (r *Reconciler) untilDeadline(s *scope) time.Duration {
+	return max(s.deadline.Sub(r.Clock.Now()), 100*time.Millisecond)
 }
 
 // timedOut ends a run whose deadline passed: a timeout finding (medium: it says the verification
