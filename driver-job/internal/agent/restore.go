@@ -77,7 +77,11 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	if err != nil {
 		return nil, fmt.Errorf("creating the staging directory: %w", err)
 	}
+	keep := false
 	defer func() {
+		if keep {
+			return // it holds originals a failed rollback could not put back
+		}
 		if err := removeAll(staging); err != nil {
 			a.logf("warning: removing the staging directory: %v", err)
 		}
@@ -91,7 +95,7 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	if err := a.extract(ctx, art, stat.ETag, data, status); err != nil {
 		return nil, fmt.Errorf("extracting %s: %w; nothing was restored", uri, err)
 	}
-	if err := moveIntoPlace(dir, staging); err != nil {
+	if keep, err = moveIntoPlace(dir, staging); err != nil {
 		return nil, err
 	}
 	a.logf("restored %s: %d files, %d directories, %d symbolic links", uri, status.Files, status.Directories, status.Symlinks)
@@ -364,37 +368,72 @@ func entryName(raw string) (string, error) {
 }
 
 // moveIntoPlace moves each entry of staging/data into dir, moving an entry it replaces to
-// staging/replaced first, and back if the move fails.
-func moveIntoPlace(dir, staging string) error {
+// staging/replaced first. It is all or nothing: when a move fails, the entries already moved are
+// moved back (the restored ones into staging/data, the originals into dir), so dir is as it was.
+// Only when that rollback fails too does it return keep=true: the caller must then keep staging,
+// which holds the originals the error names.
+func moveIntoPlace(dir, staging string) (keep bool, err error) {
 	data, replaced := filepath.Join(staging, "data"), filepath.Join(staging, "replaced")
 	entries, err := os.ReadDir(data)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := os.Mkdir(replaced, 0o700); err != nil {
-		return err
+		return false, err
+	}
+	type moved struct {
+		name     string
+		replaced bool
+	}
+	var done []moved
+	fail := func(err error) (bool, error) {
+		var lost []string
+		for i := len(done) - 1; i >= 0; i-- {
+			m, dst := done[i], filepath.Join(dir, done[i].name)
+			if rerr := renameHook(dst, filepath.Join(data, m.name)); rerr != nil {
+				lost = append(lost, fmt.Sprintf("%s (%v)", m.name, rerr))
+				continue
+			}
+			if m.replaced {
+				if rerr := renameHook(filepath.Join(replaced, m.name), dst); rerr != nil {
+					lost = append(lost, fmt.Sprintf("%s (%v)", m.name, rerr))
+				}
+			}
+		}
+		if len(lost) > 0 {
+			return true, fmt.Errorf("%w; rolling back failed for %s: the originals are kept in %s", err, strings.Join(lost, ", "), replaced)
+		}
+		return false, fmt.Errorf("%w; the %d entries already moved were put back: %s is as it was", err, len(done), dir)
 	}
 	for i, e := range entries {
 		dst := filepath.Join(dir, e.Name())
 		_, err := os.Lstat(dst)
 		exists := err == nil
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("restore stopped after %d of %d top-level entries: %w", i, len(entries), err)
+			return fail(fmt.Errorf("restore stopped at %d of %d top-level entries: %w", i, len(entries), err))
 		}
 		if exists {
-			if err := os.Rename(dst, filepath.Join(replaced, e.Name())); err != nil {
-				return fmt.Errorf("restore stopped after %d of %d top-level entries: moving the existing %s aside: %w", i, len(entries), e.Name(), err)
+			if err := renameHook(dst, filepath.Join(replaced, e.Name())); err != nil {
+				return fail(fmt.Errorf("restore stopped at %d of %d top-level entries: moving the existing %s aside: %w", i, len(entries), e.Name(), err))
 			}
 		}
-		if err := os.Rename(filepath.Join(data, e.Name()), dst); err != nil {
+		if err := renameHook(filepath.Join(data, e.Name()), dst); err != nil {
 			if exists {
-				_ = os.Rename(filepath.Join(replaced, e.Name()), dst)
+				if rerr := renameHook(filepath.Join(replaced, e.Name()), dst); rerr != nil {
+					done = append(done, moved{name: e.Name()}) // unreachable original: reported below
+					return true, fmt.Errorf("restore stopped at %d of %d top-level entries: moving %s into place: %w; putting the original back failed (%v): it is kept in %s",
+						i, len(entries), e.Name(), err, rerr, replaced)
+				}
 			}
-			return fmt.Errorf("restore stopped after %d of %d top-level entries: moving %s into place: %w", i, len(entries), e.Name(), err)
+			return fail(fmt.Errorf("restore stopped at %d of %d top-level entries: moving %s into place: %w", i, len(entries), e.Name(), err))
 		}
+		done = append(done, moved{name: e.Name(), replaced: exists})
 	}
-	return nil
+	return false, nil
 }
+
+// renameHook is os.Rename; tests replace it to make a rename fail.
+var renameHook = os.Rename
 
 // removeAll removes a tree, making its directories writable first if it must.
 func removeAll(p string) error {
