@@ -110,6 +110,9 @@ type RestoreOutcome struct {
 	Message string
 	// Warning, with Done, is also emitted as a Warning event (CompletedWithErrors).
 	Warning string
+	// Items, with Done, counts what the restore did with the backup's items, when the driver can
+	// tell; the kit records it in status.items and says so when nothing was restored.
+	Items *backupsv1.RestoreItems
 	// Waiting and RequeueAfter as in BackupOutcome.
 	Waiting      string
 	RequeueAfter time.Duration

@@ -121,11 +121,22 @@ func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Res
 	if !out.Done {
 		return k.waiting(s.now.Time, s.deadline, out.Waiting, out.RequeueAfter)
 	}
-	s.rj.MarkSucceeded(s.now, out.Message)
+	msg := out.Message
+	if it := out.Items; it != nil {
+		s.rj.Status.Items = it.DeepCopy()
+		msg += fmt.Sprintf(" (%d item(s) restored, %d skipped, %d failed)", it.Restored, it.Skipped, it.Failed)
+		if it.Restored == 0 && it.Skipped > 0 {
+			msg += "; nothing was restored: every item already existed, so the restore changed nothing. Delete what should be replaced, or restore into another application or namespace"
+			if out.Warning == "" {
+				out.Warning = msg
+			}
+		}
+	}
+	s.rj.MarkSucceeded(s.now, msg)
 	if out.Warning != "" {
 		k.Recorder.Eventf(s.rj, nil, corev1.EventTypeWarning, backupsv1.ReasonCompletedWithErrors, "Restore", "%s", out.Warning)
 	} else {
-		k.Recorder.Eventf(s.rj, nil, corev1.EventTypeNormal, "Succeeded", "Restore", "%s", out.Message)
+		k.Recorder.Eventf(s.rj, nil, corev1.EventTypeNormal, "Succeeded", "Restore", "%s", msg)
 	}
 	return reconcile.Result{}, nil
 }

@@ -54,3 +54,27 @@ func flatten(r result, limit int) []string {
 	}
 	return out
 }
+
+// ResourceList counts the items of a gzipped Velero RestoreResourceList ({"v1/ConfigMap":
+// ["ns/name(created)", ...]}) by action: created, updated, skipped, failed.
+func ResourceList(r io.Reader) (map[string]int64, error) {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading Velero's resource list: %w", err)
+	}
+	var doc map[string][]string
+	if err := json.NewDecoder(io.LimitReader(gz, 64<<20)).Decode(&doc); err != nil {
+		return nil, fmt.Errorf("decoding Velero's resource list: %w", err)
+	}
+	counts := map[string]int64{}
+	for _, items := range doc {
+		for _, it := range items {
+			i := strings.LastIndexByte(it, '(')
+			if i < 0 || !strings.HasSuffix(it, ")") {
+				return nil, fmt.Errorf("Velero's resource list has an entry without an action: %q", it)
+			}
+			counts[it[i+1:len(it)-1]]++
+		}
+	}
+	return counts, nil
+}

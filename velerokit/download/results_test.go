@@ -34,3 +34,23 @@ func TestResults(t *testing.T) {
 	_, _, err = Results(bytes.NewBufferString("not gzip"), 3)
 	assert.Error(t, err)
 }
+
+func TestResourceList(t *testing.T) {
+	counts, err := ResourceList(gzipped(t, `{"v1/ConfigMap":["shop/a(created)","shop/b(skipped)","shop/c(skipped)"],
+		"apps/v1/Deployment":["shop/web(updated)","shop/x(y)(failed)"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"created": 1, "skipped": 2, "updated": 1, "failed": 1}
+	if len(counts) != len(want) {
+		t.Fatalf("counts %v, want %v", counts, want)
+	}
+	for k, v := range want {
+		if counts[k] != v {
+			t.Errorf("%s: %d, want %d", k, counts[k], v)
+		}
+	}
+	if _, err := ResourceList(gzipped(t, `{"v1/ConfigMap":["shop/a"]}`)); err == nil {
+		t.Error("an entry without an action must be an error")
+	}
+}

@@ -61,11 +61,26 @@ type RestoreJobStatus struct {
 	// +kubebuilder:validation:MaxLength=32768
 	Message string `json:"message,omitempty"`
 
+	// items counts what the restore did with the backup's items, when the driver can tell
+	// (contract RJ-10): an in-place restore over objects that still exist restores nothing.
+	// +optional
+	Items *RestoreItems `json:"items,omitempty"`
+
 	// conditions: Accepted and Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RestoreItems counts the items of a restore by what happened to them.
+type RestoreItems struct {
+	// restored items were created or updated.
+	Restored int64 `json:"restored"`
+	// skipped items were left alone, most often because they already existed.
+	Skipped int64 `json:"skipped"`
+	// failed items could not be restored.
+	Failed int64 `json:"failed"`
 }
 
 // RestoreJob is a single restore from a Backup, into the same or another application.

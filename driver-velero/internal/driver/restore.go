@@ -10,12 +10,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/strategy"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
 	"github.com/coffer-backup/coffer/driverkit"
+	"github.com/coffer-backup/coffer/velerokit/download"
 )
 
 // Restore options read from spec.options.
@@ -36,11 +38,12 @@ func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy
 	}
 	switch vr.Status.Phase {
 	case velerov1.RestorePhaseCompleted:
-		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed", vr.Namespace, vr.Name)}, nil
+		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed", vr.Namespace, vr.Name),
+			Items: d.restoredItems(ctx, vr)}, nil
 	case velerov1.RestorePhasePartiallyFailed:
 		msg := fmt.Sprintf("Velero restore %s/%s completed with %d error(s) and %d warning(s); see `velero restore describe %s --details`",
 			vr.Namespace, vr.Name, vr.Status.Errors, vr.Status.Warnings, vr.Name)
-		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg}, nil
+		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg, Items: d.restoredItems(ctx, vr)}, nil
 	case velerov1.RestorePhaseFailed:
 		return driverkit.RestoreOutcome{}, driverkit.Failf(backupsv1.ReasonFailed,
 			"velero restore %s/%s failed: %s", vr.Namespace, vr.Name, orUnknown(vr.Status.FailureReason))
@@ -132,4 +135,36 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	d.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "VeleroRestoreCreated", "Restore",
 		"Created velero restore %s of backup %s from namespace %s into %s", key, veleroBackup, source, target)
 	return vr, nil
+}
+
+// restoredItems counts the restore's items by what Velero did with them (its RestoreResourceList),
+// best effort: nil when the list cannot be read.
+func (d *Driver) restoredItems(ctx context.Context, vr *velerov1.Restore) *backupsv1.RestoreItems {
+	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, vr.Name, "resources")
+	defer func() { _ = download.Cleanup(context.WithoutCancel(ctx), d.Client, vr.Namespace, name) }()
+	url, err := download.Request(ctx, d.Client, d.Client, vr.Namespace, name,
+		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindRestoreResourceList, Name: vr.Name}, d.DownloadTimeout)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Velero's restore resource list could not be read", "error", download.Redact(err).Error())
+		return nil
+	}
+	httpc := d.HTTP
+	if httpc == nil {
+		if httpc, err = download.NewHTTPClient(nil); err != nil {
+			return nil
+		}
+		defer httpc.CloseIdleConnections()
+	}
+	body, err := download.Open(ctx, httpc, url)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Velero's restore resource list could not be read", "error", err.Error())
+		return nil
+	}
+	defer body.Close()
+	counts, err := download.ResourceList(body)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Velero's restore resource list could not be read", "error", err.Error())
+		return nil
+	}
+	return &backupsv1.RestoreItems{Restored: counts["created"] + counts["updated"], Skipped: counts["skipped"], Failed: counts["failed"]}
 }

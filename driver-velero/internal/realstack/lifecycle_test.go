@@ -126,6 +126,24 @@ func TestBackupDeleteRestore(t *testing.T) {
 	})
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	assert.Equal(t, before, content(t, managedNS), "every object is back with identical data")
+	if assert.NotNil(t, rj.Status.Items, "the restore counts its items") {
+		assert.GreaterOrEqual(t, rj.Status.Items.Restored, int64(len(data(managedNS))), "at least the deleted objects were restored")
+		assert.Zero(t, rj.Status.Items.Failed)
+	}
+
+	t.Run("an in-place restore over objects that all exist says it restored nothing", func(t *testing.T) {
+		redo := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "redo", Namespace: managedNS},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"}}}
+		require.NoError(t, cl.Create(ctx, redo))
+		waitFor(t, "the second restore", 3*time.Minute, func(ctx context.Context) (bool, error) {
+			return redo.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(redo), redo)
+		})
+		require.Equal(t, backupsv1.RestoreJobSucceeded, redo.Status.Phase, redo.Status.Message)
+		require.NotNil(t, redo.Status.Items)
+		assert.Zero(t, redo.Status.Items.Restored, "every item already existed")
+		assert.Positive(t, redo.Status.Items.Skipped)
+		assert.Contains(t, meta.FindStatusCondition(redo.Status.Conditions, backupsv1.ConditionReady).Message, "nothing was restored")
+	})
 
 	t.Run("restore into another namespace maps exactly and writes nothing elsewhere", func(t *testing.T) {
 		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: managedNS},
