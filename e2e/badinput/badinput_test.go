@@ -326,21 +326,34 @@ func runtimeErrors(t *testing.T, ctx context.Context, c client.Client) {
 	plan("bad-zone", `{cron: '0 2 * * *', timeZone: Mars/Olympus_Mons}`, backupsv1.ReasonInvalidTimeZone, "schedule.timeZone")
 	plan("bad-cron", `{cron: 'every day at noon'}`, backupsv1.ReasonInvalidSchedule, "schedule.cron")
 
-	unclaimed := func(name, className, mention string) {
+	// No driver owns a run whose class is missing or has no strategy for the application: core-
+	// controller fails it once the claim timeout has passed (contract CORE-5), saying what to fix.
+	unclaimed := func(name, className, reason, mention string) {
 		j := newJob(t, ctx, c, name, className, "shop")
-		outcomes = append(outcomes, outcome{obj: j,
-			done: func() bool { return meta.FindStatusCondition(j.Status.Conditions, backupsv1.ConditionAccepted) != nil },
+		outcomes = append(outcomes, outcome{obj: j, done: j.IsTerminal,
 			check: func(t *testing.T) {
-				acc := meta.FindStatusCondition(j.Status.Conditions, backupsv1.ConditionAccepted)
-				assert.Equal(t, metav1.ConditionFalse, acc.Status)
-				assert.Equal(t, backupsv1.ReasonNoDriverClaimed, acc.Reason)
-				assert.Contains(t, acc.Message, mention)
-				assert.Equal(t, backupsv1.BackupJobPending, j.Status.Phase, "flagged, not failed")
-				t.Logf("BackupJob %s: Accepted=%s %s: %s", j.Name, acc.Status, acc.Reason, acc.Message)
+				assert.Equal(t, backupsv1.BackupJobFailed, j.Status.Phase, "failed by core-controller")
+				for _, typ := range []string{backupsv1.ConditionAccepted, backupsv1.ConditionReady} {
+					cond := meta.FindStatusCondition(j.Status.Conditions, typ)
+					if assert.NotNil(t, cond, "%s condition", typ) {
+						assert.Equal(t, metav1.ConditionFalse, cond.Status, "%s", typ)
+						assert.Equal(t, reason, cond.Reason, "%s reason", typ)
+						assert.Contains(t, cond.Message, mention, "%s message", typ)
+					}
+				}
+				assert.Contains(t, j.Status.Message, mention)
+				assert.Contains(t, j.Status.Message, "create a new BackupJob", "the message says how to retry")
+				assert.Empty(t, j.ClaimedBy(), "no driver claimed it")
+				assert.Nil(t, j.Status.BackupRef)
+				if assert.NotNil(t, j.Status.CompletedAt) {
+					// Timestamps are stored to the second: allow one second of rounding.
+					assert.GreaterOrEqual(t, j.Status.CompletedAt.Sub(j.CreationTimestamp.Time), claimTimeout-time.Second, "not failed before the claim timeout")
+				}
+				t.Logf("BackupJob %s: %s, Ready=False %s: %s", j.Name, j.Status.Phase, reason, j.Status.Message)
 			}})
 	}
-	unclaimed("no-class", "no-such-class", `BackupClass "no-such-class" not found; create it or fix spec.backupClassName`)
-	unclaimed("no-strategy-for-kind", "badinput-vm-only", `has no strategy for applications of kind "Shop"`)
+	unclaimed("no-class", "no-such-class", backupsv1.ReasonBackupClassNotFound, `BackupClass "no-such-class" not found; create it`)
+	unclaimed("no-strategy-for-kind", "badinput-vm-only", backupsv1.ReasonNoMatchingStrategy, `has no strategy for applications of kind "Shop"`)
 
 	failed := func(name, className, app, reason, mention string) {
 		j := newJob(t, ctx, c, name, className, app)
@@ -421,20 +434,30 @@ func runtimeErrors(t *testing.T, ctx context.Context, c client.Client) {
 	})
 
 	t.Run("a RestoreJob of a missing Backup", func(t *testing.T) {
-		// No driver can tell whether it is its own; core-controller flags it after the claim
-		// timeout (contract CORE-7), and it stays Pending: the Backup may still appear.
+		// No driver can tell whether it is its own; core-controller fails it after the claim
+		// timeout (contract CORE-7): its spec cannot change, so a new RestoreJob is the retry.
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, claimTimeout+time.Minute, true, func(ctx context.Context) (bool, error) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(rj), rj); err != nil {
 				return false, err
 			}
-			return meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionAccepted) != nil, nil
+			return rj.IsTerminal(), nil
 		})
-		require.NoError(t, err, "the RestoreJob of a missing Backup was never flagged")
-		accepted := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionAccepted)
-		assert.Equal(t, metav1.ConditionFalse, accepted.Status)
-		assert.Equal(t, backupsv1.ReasonBackupNotFound, accepted.Reason)
-		assert.Contains(t, accepted.Message, `Backup "ghost" does not exist`)
-		assert.Equal(t, backupsv1.RestoreJobPending, rj.Status.Phase)
+		require.NoError(t, err, "the RestoreJob of a missing Backup never ended: %+v", rj.Status)
+		assert.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+		for _, typ := range []string{backupsv1.ConditionAccepted, backupsv1.ConditionReady} {
+			cond := meta.FindStatusCondition(rj.Status.Conditions, typ)
+			if assert.NotNil(t, cond, "%s condition", typ) {
+				assert.Equal(t, metav1.ConditionFalse, cond.Status, "%s", typ)
+				assert.Equal(t, backupsv1.ReasonBackupNotFound, cond.Reason, "%s reason", typ)
+			}
+		}
+		assert.Contains(t, rj.Status.Message, `Backup "ghost" does not exist`)
+		assert.Contains(t, rj.Status.Message, "create a new RestoreJob", "the message says how to retry")
+		assert.Empty(t, rj.ClaimedBy(), "no driver claimed it")
+		if assert.NotNil(t, rj.Status.CompletedAt) {
+			assert.GreaterOrEqual(t, rj.Status.CompletedAt.Sub(rj.CreationTimestamp.Time), claimTimeout-time.Second, "not failed before the claim timeout")
+		}
+		t.Logf("RestoreJob %s: %s: %s", rj.Name, rj.Status.Phase, rj.Status.Message)
 	})
 
 	t.Run("every reason is UpperCamel and every False condition has a message", func(t *testing.T) {
@@ -496,6 +519,8 @@ func statusOf(o client.Object) any {
 	case *backupsv1.Plan:
 		return x.Status
 	case *backupsv1.BackupJob:
+		return x.Status
+	case *backupsv1.RestoreJob:
 		return x.Status
 	case *securityv1.BackupVerifyRun:
 		return x.Status

@@ -5,8 +5,9 @@
 // random component after a random delay, again and again. Then it waits for every run to end and
 // checks that no crash produced a duplicate, lost a run or left anything behind: one BackupJob per
 // tick (CORE-2, CORE-6), one Backup and one Velero backup per BackupJob (BJ-8), one
-// BackupVerifyResult and one terminal SecurityEvent per BackupVerifyRun, no run stuck, no sandbox
-// left, every component alive and never denied by RBAC.
+// BackupVerifyResult and one terminal SecurityEvent per BackupVerifyRun, every run terminal and
+// none Failed, no sandbox left, every component alive and never denied by RBAC. Core's claim
+// timeout is longer than any driver outage the kills cause (checked), so no run fails unclaimed.
 //
 // The schedule of kills is a function of the seed: COFFER_CHAOS_SEED reproduces it (the test logs
 // the seed it used), COFFER_CHAOS_ITERATIONS sets the number of kills (default 20). It is part of
@@ -62,6 +63,13 @@ const (
 	runsTimeout = 8 * time.Minute
 	// leaderTimeout bounds the wait for a restarted component to take its Lease over.
 	leaderTimeout = 90 * time.Second
+	// claimTimeout is core-controller's --driver-claim-timeout. Core fails a run no driver claims
+	// within it (CORE-5, CORE-7), so it must be comfortably longer than any driver outage the
+	// suite causes: a kill keeps a driver from leading for about a lease duration (15 s) plus the
+	// restart delay, and kills of one driver in a row add up (the suite checks the longest such
+	// outage against it). It stays below runsTimeout, so a run no driver ever claims ends Failed
+	// (NoDriverClaimed, reported by the checks) instead of leaving waitTerminal to time out.
+	claimTimeout = 5 * time.Minute
 )
 
 // victims are the components the suite kills, in a fixed order (the seed picks among them). Each
@@ -108,7 +116,7 @@ func TestChaos(t *testing.T) {
 	specs := golden.Default(snapshots)
 	for i := range specs {
 		if specs[i].Binary == "core-controller" {
-			specs[i].Args = []string{"--driver-claim-timeout=1m"}
+			specs[i].Args = []string{"--driver-claim-timeout=" + claimTimeout.String()}
 		}
 	}
 	s, err := golden.Start(ctx, golden.Options{Dir: dir, Components: specs, Say: t.Logf})
@@ -147,11 +155,13 @@ func TestChaos(t *testing.T) {
 		time.Sleep(killAfter)
 		holder := ch.leaseHolder(victim)
 		comp := s.Components[victim]
+		killed := time.Now()
 		comp.Kill()
 		ch.kills[victim]++
 		time.Sleep(restartAfter)
 		require.NoError(t, comp.Restart(), "restarting %s", victim)
 		took := ch.waitLeader(victim, holder)
+		ch.outage(victim, killed, time.Now())
 		t.Logf("iteration %2d: %s; SIGKILL %s after %s, restarted after %s, leader again after %s",
 			i+1, strings.Join(work, ", "), victim, killAfter, restartAfter, took.Round(100*time.Millisecond))
 	}
@@ -164,6 +174,7 @@ func TestChaos(t *testing.T) {
 	p.Spec.Suspend = ptr.To(true)
 	require.NoError(t, ch.c.Patch(ctx, p, client.MergeFrom(orig)))
 
+	ch.checkOutages()
 	ch.waitTerminal()
 	ch.waitSandboxesGone()
 	ch.checkComponentsAlive()
@@ -185,6 +196,12 @@ type chaos struct {
 
 	iterations int
 	kills      map[string]int
+	// The current run of kills of one component in a row (lastVictim, from outageFrom), and the
+	// longest such outage of a driver, from its first kill to it leading again after its last.
+	lastVictim      string
+	outageFrom      time.Time
+	longestOutage   time.Duration
+	longestOutageOf string
 	// Filled by the checks, for the summary.
 	scheduled, adHoc, backups, veleroBackups, restores int
 	checksumRuns, fullRuns, results, terminalEvents    int
@@ -327,6 +344,32 @@ func (ch *chaos) waitLeader(component, old string) time.Duration {
 		ch.t.Fatalf("waiting for %s to lead again: %v\n%s", component, err, comp.Tail())
 	}
 	return time.Since(start)
+}
+
+// outage records that victim, killed at killed, leads again at back. Kills of one component in
+// consecutive iterations count as one outage: it led for a few seconds in between, maybe too few
+// to claim anything. Only the drivers' outages matter to the claim timeout (core's own restart
+// restarts the timeout), and the longest must stay well below it, or runs may fail unclaimed
+// because of the suite rather than of a bug.
+func (ch *chaos) outage(victim string, killed, back time.Time) {
+	if victim != ch.lastVictim {
+		ch.lastVictim, ch.outageFrom = victim, killed
+	}
+	if victim != "driver-velero" && victim != "driver-job" {
+		return
+	}
+	if d := back.Sub(ch.outageFrom); d > ch.longestOutage {
+		ch.longestOutage, ch.longestOutageOf = d, victim
+	}
+}
+
+// checkOutages fails the suite when a driver was down for more than half the claim timeout: the
+// timeout would then no longer be comfortably longer than the outages this seed causes.
+func (ch *chaos) checkOutages() {
+	if ch.longestOutage > claimTimeout/2 {
+		ch.t.Errorf("%s was kept from leading for %s by kills in a row, more than half the claim timeout %s: runs may fail unclaimed (NoDriverClaimed) because of this seed; raise claimTimeout",
+			ch.longestOutageOf, ch.longestOutage.Round(time.Second), claimTimeout)
+	}
 }
 
 // waitTerminal waits for every BackupJob, RestoreJob and BackupVerifyRun to end; on timeout it
@@ -714,6 +757,7 @@ func (ch *chaos) summary(took time.Duration) {
 	row("BackupVerifyRuns checksum-only / full-restore", fmt.Sprintf("%d / %d", ch.checksumRuns, ch.fullRuns))
 	row("BackupVerifyResults", ch.results)
 	row("terminal SecurityEvents", ch.terminalEvents)
+	row("longest driver outage (claim timeout "+claimTimeout.String()+")", fmt.Sprintf("%s (%s)", ch.longestOutage.Round(time.Second), orDash(ch.longestOutageOf)))
 	row("Failed runs", ch.failedRuns)
 	row("duplicates (must be 0)", ch.duplicates)
 	row("wall time", took.Round(time.Second))
@@ -766,6 +810,13 @@ func resultNames(rs []securityv1.BackupVerifyResult) []string {
 		out = append(out, r.Name)
 	}
 	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func tail(s string) string {

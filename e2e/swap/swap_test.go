@@ -3,8 +3,11 @@
 // Package swap proves that the driver running an application's backups is chosen by its
 // BackupClass at the time of each run, on the golden stack: a class moved from Velero to the Job
 // driver sends new runs to the Job driver while the Velero Backups already taken stay restorable
-// through Velero; a class moved back while the Velero driver is down leaves its runs unclaimed
-// (Accepted=False, NoDriverClaimed) until the driver returns and takes them.
+// through Velero; a run claimed by the Job driver stays the Job driver's (with the strategy it was
+// claimed with in status.strategy) when the class moves back to Velero; a run created while the
+// Velero driver is down is failed by core-controller once the claim timeout has passed (Failed,
+// NoDriverClaimed naming the strategy), is left alone by the driver when it returns, and the next
+// run is the driver's again.
 package swap
 
 import (
@@ -16,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,6 +81,7 @@ func TestDriverSwap(t *testing.T) {
 	b2 := backupJob(t, ctx, c, "b2")
 	waitJob(t, ctx, c, b2, "driver-job to claim b2", time.Minute, func() bool { return claimed(b2) })
 	assertClaimedBy(t, b2, "coffer-driver-job")
+	assertStrategy(t, b2, jobRef)
 	assert.Equal(t, backupsv1.BackupJobRunning, b2.Status.Phase, "no node runs the Job's pod: the run stays Running")
 	var jobs *batchv1.JobList
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -113,40 +118,63 @@ func TestDriverSwap(t *testing.T) {
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(b2), b2))
 	assertClaimedBy(t, b2, "coffer-driver-job")
 
-	t.Log("4. Back to Velero while driver-velero is down: the run waits, flagged NoDriverClaimed, and runs when the driver returns")
+	t.Log("4. Back to Velero while driver-velero is down: core-controller fails the run after the claim timeout (NoDriverClaimed); once the driver is back, the next run is its")
 	setClassStrategy(t, ctx, c, veleroRef, map[string]string{"backupStorageLocationName": velerostack.BSLName})
 	velero.Stop(10 * time.Second)
 	require.True(t, velero.Exited())
 	b3 := backupJob(t, ctx, c, "b3")
-	waitJob(t, ctx, c, b3, "core-controller to flag b3", claimTimeout+time.Minute, func() bool {
-		acc := meta.FindStatusCondition(b3.Status.Conditions, backupsv1.ConditionAccepted)
-		return acc != nil || b3.IsTerminal()
-	})
-	flagged := time.Now()
+	waitJob(t, ctx, c, b3, "core-controller to fail b3", claimTimeout+time.Minute, b3.IsTerminal)
+	require.Equal(t, backupsv1.BackupJobFailed, b3.Status.Phase, "b3: %s", b3.Status.Message)
+	require.NotNil(t, b3.Status.CompletedAt, "a failed run has completedAt")
+	// Timestamps are stored to the second: allow one second of rounding.
+	waited := b3.Status.CompletedAt.Sub(b3.CreationTimestamp.Time)
+	assert.GreaterOrEqual(t, waited, claimTimeout-time.Second, "not failed before the claim timeout")
 	acc := meta.FindStatusCondition(b3.Status.Conditions, backupsv1.ConditionAccepted)
-	require.NotNil(t, acc)
-	assert.Equal(t, metav1.ConditionFalse, acc.Status, "Accepted: %s %s", acc.Reason, acc.Message)
-	assert.Equal(t, backupsv1.ReasonNoDriverClaimed, acc.Reason)
-	assert.Contains(t, acc.Message, "VeleroBackupStrategy", "the message names the strategy kind")
-	assert.Contains(t, acc.Message, `"swap-velero"`, "and the strategy")
-	assert.GreaterOrEqual(t, acc.LastTransitionTime.Sub(b3.CreationTimestamp.Time), claimTimeout-time.Second, "not before the claim timeout")
-	assert.Equal(t, backupsv1.BackupJobPending, b3.Status.Phase, "flagged, not failed")
-	assert.Nil(t, b3.Status.CompletedAt)
-	t.Logf("b3 flagged %s after its creation: %s", acc.LastTransitionTime.Sub(b3.CreationTimestamp.Time), acc.Message)
+	if assert.NotNil(t, acc, "b3 has an Accepted condition") {
+		assert.Equal(t, metav1.ConditionFalse, acc.Status, "Accepted: %s %s", acc.Reason, acc.Message)
+		assert.Equal(t, backupsv1.ReasonNoDriverClaimed, acc.Reason)
+		assert.Contains(t, acc.Message, veleroRef.Kind, "the message names the strategy kind")
+		assert.Contains(t, acc.Message, `"`+veleroRef.Name+`"`, "and the strategy")
+	}
+	ready := meta.FindStatusCondition(b3.Status.Conditions, backupsv1.ConditionReady)
+	if assert.NotNil(t, ready, "b3 has a Ready condition") {
+		assert.Equal(t, metav1.ConditionFalse, ready.Status)
+		assert.Equal(t, backupsv1.ReasonNoDriverClaimed, ready.Reason)
+	}
+	assert.Contains(t, b3.Status.Message, veleroRef.Kind, "status.message names the strategy kind")
+	assert.Contains(t, b3.Status.Message, `"`+veleroRef.Name+`"`, "and the strategy")
+	assert.Empty(t, b3.ClaimedBy(), "no driver claimed b3")
+	assert.Nil(t, b3.Status.Strategy, "no claim recorded a strategy for b3")
+	assert.Nil(t, b3.Status.BackupRef)
+	t.Logf("b3 failed %s after its creation: %s", waited, b3.Status.Message)
 	none := &batchv1.JobList{}
 	require.NoError(t, c.List(ctx, none, client.InNamespace(ns), client.MatchingLabels{runUIDLabel: string(b3.UID)}))
 	assert.Empty(t, none.Items, "driver-job left the Velero run alone")
+	failedB3 := b3.Status.DeepCopy()
 
 	require.NoError(t, velero.Restart())
-	waitJob(t, ctx, c, b3, "driver-velero to claim and finish b3", 4*time.Minute, b3.IsTerminal)
-	t.Logf("b3 finished %s after driver-velero was restarted", time.Since(flagged).Round(time.Second))
-	assertVeleroBackedUp(t, ctx, c, b3)
+	restarted := time.Now()
+	b4 := backupJob(t, ctx, c, "b4")
+	waitJob(t, ctx, c, b4, "driver-velero to claim and finish b4", 4*time.Minute, b4.IsTerminal)
+	t.Logf("b4 finished %s after driver-velero was restarted", time.Since(restarted).Round(time.Second))
+	assertVeleroBackedUp(t, ctx, c, b4)
+	assertStrategy(t, b4, veleroRef)
+	// driver-velero, restarted, listed every BackupJob (b3 among them) before it could finish b4.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(b3), b3))
+	assert.True(t, apiequality.Semantic.DeepEqual(*failedB3, b3.Status), "the returning driver leaves the failed b3 as core-controller wrote it: was %+v, now %+v", *failedB3, b3.Status)
+	assert.Empty(t, veleroBackupsOf(t, ctx, c, b3.UID), "driver-velero made no velero Backup for the failed b3")
+	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: b3.Name}, &backupsv1.Backup{})
+	assert.True(t, apierrors.IsNotFound(err), "no Backup for b3 (err %v)", err)
 
 	t.Run("a run claimed by driver-job stays driver-job's after the class moves back to Velero", func(t *testing.T) {
-		// driver-velero, restarted, has listed every BackupJob (b2 among them) before finishing b3.
+		// driver-velero, restarted, listed every BackupJob (b2 among them) before it could finish b4;
+		// core-controller leaves b2 alone too, claimed long past the claim timeout. No node runs
+		// the Job's pod here, so b2 stays Running, with the strategy it was claimed with.
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(b2), b2))
 		assertClaimedBy(t, b2, "coffer-driver-job")
+		assertStrategy(t, b2, jobRef)
 		assert.Equal(t, backupsv1.BackupJobRunning, b2.Status.Phase, "b2: %s", b2.Status.Message)
+		assert.Nil(t, b2.Status.CompletedAt, "b2 has not ended")
 		hijacked := veleroBackupsOf(t, ctx, c, b2.UID)
 		assert.Empty(t, hijacked, "driver-velero made no velero Backup for driver-job's b2")
 		if len(hijacked) > 0 {
@@ -258,6 +286,15 @@ func assertClaimedBy(t *testing.T, j *backupsv1.BackupJob, driver string) {
 		assert.Equal(t, metav1.ConditionTrue, acc.Status, "%s Accepted", j.Name)
 		assert.Equal(t, backupsv1.ReasonClaimed, acc.Reason, "%s Accepted reason", j.Name)
 		assert.Equal(t, "Claimed by "+driver, acc.Message, "%s was claimed by %s", j.Name, driver)
+	}
+}
+
+// assertStrategy asserts that j's claim recorded the class and ref in status.strategy (BJ-10).
+func assertStrategy(t *testing.T, j *backupsv1.BackupJob, ref corev1.TypedLocalObjectReference) {
+	t.Helper()
+	if assert.NotNil(t, j.Status.Strategy, "%s records the strategy it was claimed with", j.Name) {
+		assert.Equal(t, className, j.Status.Strategy.BackupClassName, "%s status.strategy.backupClassName", j.Name)
+		assert.Equal(t, ref, j.Status.Strategy.StrategyRef, "%s status.strategy.strategyRef", j.Name)
 	}
 }
 
