@@ -78,7 +78,7 @@ func TestGoldenLifecycle(t *testing.T) {
 		"core-controller": {`coffer_plan_last_schedule_time_seconds{namespace="shop",plan="shop-minutely"}`},
 		"driver-velero":   {`coffer_velero_runs_total{kind="backup",outcome="Succeeded"}`, `coffer_velero_runs_total{kind="restore",outcome="Succeeded"}`},
 		"verifier":        {`ugallu_backup_verify_runs_total`},
-		"driver-job":      {`controller_runtime_reconcile_total{controller="job-backupjob"`},
+		"driver-job":      {`controller_runtime_reconcile_total{controller="coffer-driver-job-backupjob"`},
 	} {
 		body, err := s.Components[name].Metrics()
 		require.NoError(t, err, name)

@@ -30,7 +30,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status,verbs=patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
 
 // DefaultClaimTimeout is how long a BackupJob may wait for a driver before core fails it.

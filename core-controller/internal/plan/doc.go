@@ -4,8 +4,10 @@
 // never writes a driver's objects or a Backup.
 package plan
 
+// Reads go through the manager's cache (get, list, watch); status is written with Status().Patch
+// only, so the status subresources need patch alone (see docs/security.md).
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans,verbs=get;list;watch
-// +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans/status,verbs=patch
 // The BackupJobs a Plan creates carry an ownerReference to it with blockOwnerDeletion, which the
 // OwnerReferencesPermissionEnforcement admission plugin allows only to who may update the Plan's
 // finalizers.

@@ -29,7 +29,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=restorejobs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=backups.cozystack.io,resources=restorejobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=restorejobs/status,verbs=patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=get;list;watch
 
 // Reconciler fails RestoreJobs that no driver claims within the claim timeout.

@@ -4,14 +4,24 @@
 // (claims, deadlines, status, events, metrics) is driverkit's.
 package driver
 
+// The run lifecycle is driverkit's: it reads runs, Backups, BackupClasses, strategies and the
+// restore-target policy binding through the manager's cache (get, list, watch), claims runs and
+// writes their status with Status().Patch (patch on the status subresources), creates Backups and
+// releases their finalizer with a merge patch, and emits events through events.k8s.io. It reads
+// applications uncached (unstructured), so get is all it needs there. The Jobs of BackupJobs and
+// RestoreJobs are owned by their run with blockOwnerDeletion, which the
+// OwnerReferencesPermissionEnforcement admission plugin allows only to who may update the owner's
+// finalizers. Pods are listed uncached, once per finished Job. Every verb is listed with the code
+// that calls it in docs/security.md, which a test keeps equal to deploy/.
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
-// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;update;patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/finalizers;restorejobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
-// +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch
 

@@ -4,21 +4,26 @@
 // never touched again; there is no finalizer.
 package verifyrun
 
-// The spec's ClusterRole, narrowed: secrets, pods, configmaps and serviceaccounts are read only
-// through the sandbox diff, which reads any restored kind, so the verifier gets read access to
-// every namespaced kind it may have to diff (get only); namespaces are created (the verifier makes
-// each sandbox itself) and deleted only when they carry the run's UID label. A BackupVerifyResult is
-// deleted only when it belongs to an earlier run of the same name (see ownResult).
+// The spec's ClusterRole, narrowed to what the code calls (each verb and its caller is listed in
+// docs/security.md, which a test keeps equal to deploy/). Runs are read through the manager's cache
+// (get, list, watch) and their status written with Status().Patch; Results are read through the
+// cache, created, deleted only when they belong to an earlier run of the same name (see
+// ownResult), and their status written with Status().Update. Everything the Velero backend reads
+// (Velero Backups, storage locations, Restores, DownloadRequests, sandbox namespaces, the restored
+// objects) goes through the uncached API reader, so get suffices where nothing lists. The sandbox
+// diff reads any restored kind, so the verifier gets read access to every kind (get only), which
+// also covers a storage location's caCertRef Secret; namespaces are created (the verifier makes
+// each sandbox itself), listed by the run's UID label and deleted only when they carry it. The
+// leader-election Lease and its core/v1 events are the namespaced Role's
+// (deploy/verifier/rbac/leader_election_role.yaml).
 //
-// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns;backupverifyruns/status;backupverifyresults;backupverifyresults/status,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyresults,verbs=delete
+// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns;backupverifyresults,verbs=get;list;watch
+// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns/status,verbs=patch
+// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyresults,verbs=create;delete
+// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyresults/status,verbs=update
 // +kubebuilder:rbac:groups=security.ugallu.io,resources=securityevents,verbs=create
-// +kubebuilder:rbac:groups=velero.io,resources=backups;backupstoragelocations,verbs=get;list;watch
-// +kubebuilder:rbac:groups=velero.io,resources=restores,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=velero.io,resources=downloadrequests,verbs=get;create;delete
-// +kubebuilder:rbac:groups="",resources=pods;configmaps;secrets;serviceaccounts,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=velero.io,resources=backups;backupstoragelocations,verbs=get
+// +kubebuilder:rbac:groups=velero.io,resources=restores;downloadrequests,verbs=get;create;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;create;delete
 // +kubebuilder:rbac:groups=*,resources=*,verbs=get
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
