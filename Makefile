@@ -35,8 +35,8 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into deploy/<component>/.
 	done
 
 .PHONY: tidy
-tidy: ## go mod tidy in every module (workspace modules and testbin wrappers).
-	@for m in $(MODULES) tools/testbin/kubernetes tools/testbin/etcd; do (cd $$m && GOWORK=off GOFLAGS=-mod=mod go mod tidy); done
+tidy: ## go mod tidy in every module (workspace modules, testbin wrappers, the third-party toy driver).
+	@for m in $(MODULES) tools/testbin/kubernetes tools/testbin/etcd e2e/thirdparty/testdata/toydriver; do (cd $$m && GOWORK=off GOFLAGS=-mod=mod go mod tidy); done
 
 .PHONY: verify
 verify: generate manifests tidy ## Regenerate, tidy and fail on any diff; gofmt and vet every module.

@@ -19,7 +19,7 @@ import (
 )
 
 // ConditionArtifactDeletion on a Backup being deleted is False while its artifact could not be
-// deleted; the message says why and what to do (contract rule BK-6).
+// deleted; the message says why and what to do (contract rule BK-7).
 const ConditionArtifactDeletion = "ArtifactDeletion"
 
 // ReasonDeletionFailing: deleting the artifact keeps failing; the driver retries with backoff.

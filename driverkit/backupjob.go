@@ -121,6 +121,9 @@ func (k *Kit[S]) runBackup(ctx context.Context, s *backupScope, resolved *backup
 			"BackupClass %s no longer resolves to a strategy of %s for this run, which %s claimed before claims recorded their strategy; create a new BackupJob",
 			resolved.ClassName, k.Name, k.Name)
 	}
+	// Until the strategy is read, its deadline is unknown: a strategy that cannot be read (a
+	// Forbidden read, say) still ends the run, UnreadableStrategyDeadline after it started.
+	s.deadline = s.job.Status.StartedAt.Add(UnreadableStrategyDeadline)
 	strat, err := k.strategy(ctx, *s.job.Status.Strategy)
 	if err != nil {
 		return reconcile.Result{}, err

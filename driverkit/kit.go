@@ -21,6 +21,9 @@ import (
 // infrastructure keeps failing ends at most this long after its deadline (contract rule GEN-11).
 const MaxRetryDelay = 2 * time.Minute
 
+// UnreadableStrategyDeadline bounds a claimed run whose strategy cannot be read, so it ends too.
+const UnreadableStrategyDeadline = time.Hour
+
 // DefaultWorkers is how many runs of one kind a driver reconciles at once: one slow object store
 // delays its own run, not every run.
 const DefaultWorkers = 4
@@ -91,7 +94,9 @@ func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 	if err := add(k.Name+"-backupjob", &backupsv1.BackupJob{}, k.BackupJobWatches, reconcile.Func(k.reconcileBackupJob)); err != nil {
 		return err
 	}
-	if err := add(k.Name+"-restorejob", &backupsv1.RestoreJob{}, k.RestoreJobWatches, reconcile.Func(k.reconcileRestoreJob)); err != nil {
+	// A Backup deleted under a running restore wakes that restore (contract RJ-8).
+	restoreWatches := append([]Watch{{Object: &backupsv1.Backup{}, Handler: handler.EnqueueRequestsFromMapFunc(k.restoresOf)}}, k.RestoreJobWatches...)
+	if err := add(k.Name+"-restorejob", &backupsv1.RestoreJob{}, restoreWatches, reconcile.Func(k.reconcileRestoreJob)); err != nil {
 		return err
 	}
 	return add(k.Name+"-backup", &backupsv1.Backup{}, k.BackupWatches, reconcile.Func(k.reconcileBackup))
@@ -118,4 +123,20 @@ func (k *Kit[S]) BackupReconciler() reconcile.Reconciler {
 
 func (k *Kit[S]) strategy(ctx context.Context, ref backupsv1.RunStrategy) (S, error) {
 	return GetStrategy(ctx, k.Client, ref.StrategyRef, k.NewStrategy())
+}
+
+// restoresOf maps a Backup to the unfinished RestoreJobs of its namespace that restore it.
+func (k *Kit[S]) restoresOf(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &backupsv1.RestoreJobList{}
+	if err := k.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the RestoreJobs of a Backup")
+		return nil
+	}
+	var out []reconcile.Request
+	for _, rj := range list.Items {
+		if rj.Spec.BackupRef.Name == o.GetName() && !rj.IsTerminal() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rj)})
+		}
+	}
+	return out
 }

@@ -64,8 +64,10 @@ func (k *Kit[S]) reconcileRestoreJob(ctx context.Context, req reconcile.Request)
 		if _, err := PatchStatus(ctx, k.Client, rj, claim); err != nil {
 			return reconcile.Result{}, fmt.Errorf("claiming RestoreJob: %w", err)
 		}
-		log.Info("Claimed RestoreJob", "backup", klog.KObj(backup))
-		k.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "Started", "Restore", "Restoring Backup %s with %s", backup.Name, describe(backup.Spec.StrategyRef))
+		if backup != nil {
+			log.Info("Claimed RestoreJob", "backup", klog.KObj(backup))
+			k.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "Started", "Restore", "Restoring Backup %s with %s", backup.Name, describe(backup.Spec.StrategyRef))
+		}
 	}
 	s.orig = rj.DeepCopy()
 	defer func() {
@@ -89,6 +91,9 @@ func (k *Kit[S]) reconcileRestoreJob(ctx context.Context, req reconcile.Request)
 }
 
 func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Result, error) {
+	// Overwritten once the strategy is read; until then an unreadable strategy or policy binding
+	// still ends the run.
+	s.deadline = s.rj.Status.StartedAt.Add(UnreadableStrategyDeadline)
 	b := s.backup
 	switch {
 	case b == nil:

@@ -343,8 +343,17 @@ func (s *suite) classChangedMidRun(t *testing.T) {
 		recorded[class] = rec
 	}
 
+	// Delete one class, then edit the other to name another strategy of the driver, with other
+	// parameters.
+	c := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: deleted}}
+	require.NoError(t, s.Client.Delete(s.ctx(), c))
+	err := wait.PollUntilContextTimeout(s.ctx(), 100*time.Millisecond, s.Timeout, true, func(ctx context.Context) (bool, error) {
+		err := s.Client.Get(ctx, client.ObjectKeyFromObject(c), c)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	require.NoError(t, err, "waiting for BackupClass %s to be gone", deleted)
 	other, otherParams := s.NewStrategy(t)
-	c := &backupsv1.BackupClass{}
+	c = &backupsv1.BackupClass{}
 	require.NoError(t, s.Client.Get(s.ctx(), client.ObjectKey{Name: edited}, c))
 	c.Spec.Strategies[0].StrategyRef.Name = other
 	c.Spec.Strategies[0].Parameters = map[string]string{"conformance-edited": "true"}
@@ -352,13 +361,12 @@ func (s *suite) classChangedMidRun(t *testing.T) {
 		c.Spec.Strategies[0].Parameters[k] = v
 	}
 	require.NoError(t, s.Client.Update(s.ctx(), c))
-	c = &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: deleted}}
-	require.NoError(t, s.Client.Delete(s.ctx(), c))
-	err := wait.PollUntilContextTimeout(s.ctx(), 100*time.Millisecond, s.Timeout, true, func(ctx context.Context) (bool, error) {
-		err := s.Client.Get(ctx, client.ObjectKeyFromObject(c), c)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	// Barrier: a new run of the edited class is claimed with the other strategy, so the driver has
+	// seen the edit, and the deletion before it, when the held runs go on.
+	barrier := s.backupJob(t, ns, edited, app)
+	s.waitFor(t, "the driver to claim a run of the edited class", barrier, func() bool {
+		return barrier.Status.Strategy != nil && barrier.Status.Strategy.StrategyRef.Name == other
 	})
-	require.NoError(t, err, "waiting for BackupClass %s to be gone", deleted)
 
 	release()
 	for class, job := range jobs {
@@ -368,6 +376,7 @@ func (s *suite) classChangedMidRun(t *testing.T) {
 		assert.Equal(t, name, b.Spec.StrategyRef.Name, "BJ-10: the Backup names the strategy the run was claimed with")
 		assert.Equal(t, recorded[class], job.Status.Strategy, "BJ-10: status.strategy is never rewritten")
 	}
+	s.waitFor(t, "the barrier run to finish", barrier, barrier.IsTerminal)
 }
 
 // backupDeletedMidRestore deletes the Backup of a restore the driver holds in progress: the

@@ -41,7 +41,15 @@ func Request(ctx context.Context, r client.Reader, c client.Client, ns, name str
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		got := &velerov1.DownloadRequest{}
 		if err := r.Get(ctx, client.ObjectKeyFromObject(dr), got); err != nil {
-			return false, client.IgnoreNotFound(err)
+			if !apierrors.IsNotFound(err) {
+				return false, err
+			}
+			// Gone (deleted below because it was about to expire, or by Velero's expiry): ask again.
+			fresh := &velerov1.DownloadRequest{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: dr.Spec}
+			if err := c.Create(ctx, fresh); err != nil && !apierrors.IsAlreadyExists(err) {
+				return false, fmt.Errorf("creating DownloadRequest %s/%s again: %w", ns, name, err)
+			}
+			return false, nil
 		}
 		if got.Status.Phase == velerov1.DownloadRequestPhaseProcessed && got.Status.DownloadURL != "" {
 			if got.Status.Expiration != nil && time.Until(got.Status.Expiration.Time) < 30*time.Second {

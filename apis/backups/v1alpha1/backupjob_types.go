@@ -65,7 +65,7 @@ type BackupJobStatus struct {
 
 	// strategy is what the claiming driver resolved the BackupClass to when it claimed the run. The
 	// driver finishes the run with it, so editing or deleting the class mid-run changes nothing for
-	// runs already claimed (contract rule BJ-9).
+	// runs already claimed (contract rule BJ-10).
 	// +optional
 	Strategy *RunStrategy `json:"strategy,omitempty"`
 
