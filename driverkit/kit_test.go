@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -485,4 +486,36 @@ func TestACrashBeforeTheStatusWriteYieldsExactlyOneBackup(t *testing.T) {
 			assert.NotNil(t, f.driver.backups[1].Backup, "the second reconcile hands the driver the Backup the first created")
 		})
 	}
+}
+
+// A claimed run whose strategy cannot be read (here a Forbidden read, injected) still ends, at
+// UnreadableStrategyDeadline, with the reason Forbidden; before, its deadline was unknown and it
+// was retried for ever.
+func TestARunWhoseStrategyCannotBeReadStillEnds(t *testing.T) {
+	f := newFixture(t)
+	f.driver.backup = func(context.Context, *driverkit.BackupRun[S]) (driverkit.BackupOutcome, error) {
+		return driverkit.BackupOutcome{Waiting: "the store"}, nil
+	}
+	job := f.backupJob(f.class)
+	_, err := f.reconcileJob(job) // claimed with the strategy readable
+	require.NoError(t, err)
+	require.Equal(t, backupsv1.BackupJobRunning, job.Status.Phase)
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Group: group, Resource: "strategies"}, f.strategy, errors.New("RBAC: no rule"))
+	f.kit.Client = interceptor.NewClient(cl, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if obj.GetObjectKind().GroupVersionKind().Kind == kind {
+				return forbidden
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}})
+	f.clock.Step(driverkit.UnreadableStrategyDeadline - time.Second)
+	_, err = f.reconcileJob(job)
+	require.Error(t, err, "retried before the bound")
+	require.Equal(t, backupsv1.BackupJobRunning, job.Status.Phase)
+	f.clock.Step(time.Second)
+	_, err = f.reconcileJob(job)
+	require.NoError(t, err)
+	require.Equal(t, backupsv1.BackupJobFailed, job.Status.Phase)
+	assert.Equal(t, driverkit.ReasonForbidden, meta.FindStatusCondition(job.Status.Conditions, backupsv1.ConditionReady).Reason)
+	assert.Contains(t, job.Status.Message, "RBAC: no rule")
 }
