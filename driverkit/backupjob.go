@@ -51,28 +51,13 @@ func (k *Kit[S]) reconcileBackupJob(ctx context.Context, req reconcile.Request) 
 		}
 	}
 	s.orig = job.DeepCopy()
-	defer func() {
-		wrote, err := PatchStatus(ctx, k.Client, s.job, s.orig)
-		if err != nil {
-			if retErr == nil {
-				res, retErr = reconcile.Result{}, err
-			}
-			return
-		}
-		if wrote && s.job.IsTerminal() {
-			k.Metrics.finished("backup", string(s.job.Status.Phase), s.job.Status.CompletedAt.Sub(s.job.Status.StartedAt.Time).Seconds())
-			log.Info("BackupJob finished", "phase", s.job.Status.Phase, "backup", s.job.Status.BackupRef, "message", s.job.Status.Message)
-		}
-	}()
+	defer k.writeRunStatus(ctx, "backup", s.job, s.orig, &res, &retErr)
 	res, err = k.runBackup(ctx, s, resolved)
-	return k.settle(ctx, err, res, s.deadlineOf, func(reason, msg string) {
+	return k.settle(ctx, err, res, func() time.Time { return s.deadline }, func(reason, msg string) {
 		s.job.MarkFailed(s.now, reason, msg)
 		k.Recorder.Eventf(s.job, nil, corev1.EventTypeWarning, reason, "Backup", "%s", msg)
 	})
 }
-
-// deadlineOf is set by runBackup once the strategy is known.
-func (s *backupScope) deadlineOf() time.Time { return s.deadline }
 
 // claimedStrategy returns the strategy the run is (or would be) claimed with, or nil when the
 // run is not this driver's. A run this driver claimed keeps the strategy recorded at claim time,

@@ -70,19 +70,7 @@ func (k *Kit[S]) reconcileRestoreJob(ctx context.Context, req reconcile.Request)
 		}
 	}
 	s.orig = rj.DeepCopy()
-	defer func() {
-		wrote, err := PatchStatus(ctx, k.Client, s.rj, s.orig)
-		if err != nil {
-			if retErr == nil {
-				res, retErr = reconcile.Result{}, err
-			}
-			return
-		}
-		if wrote && s.rj.IsTerminal() {
-			k.Metrics.finished("restore", string(s.rj.Status.Phase), s.rj.Status.CompletedAt.Sub(s.rj.Status.StartedAt.Time).Seconds())
-			log.Info("RestoreJob finished", "phase", s.rj.Status.Phase, "message", readyMessage(s.rj.Status.Conditions))
-		}
-	}()
+	defer k.writeRunStatus(ctx, "restore", s.rj, s.orig, &res, &retErr)
 	res, err := k.runRestore(ctx, s)
 	return k.settle(ctx, err, res, func() time.Time { return s.deadline }, func(reason, msg string) {
 		s.rj.MarkFailed(s.now, reason, msg)

@@ -6,7 +6,9 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
@@ -53,4 +55,31 @@ func statusOf(obj client.Object) any {
 		return o.Status
 	}
 	panic(fmt.Sprintf("driverkit: no status for %T", obj))
+}
+
+// writeRunStatus ends a run's reconcile: it writes the run's status (PatchStatus) and, when that
+// write made the run terminal, counts it under kind (backup, restore) and logs it, once. A write
+// error becomes the reconcile's error unless it already has one.
+func (k *Kit[S]) writeRunStatus(ctx context.Context, kind string, run, orig client.Object, res *reconcile.Result, retErr *error) {
+	wrote, err := PatchStatus(ctx, k.Client, run, orig)
+	if err != nil {
+		if *retErr == nil {
+			*res, *retErr = reconcile.Result{}, err
+		}
+		return
+	}
+	var phase string
+	var started, completed *metav1.Time
+	var conds []metav1.Condition
+	switch o := run.(type) {
+	case *backupsv1.BackupJob:
+		phase, started, completed, conds = string(o.Status.Phase), o.Status.StartedAt, o.Status.CompletedAt, o.Status.Conditions
+	case *backupsv1.RestoreJob:
+		phase, started, completed, conds = string(o.Status.Phase), o.Status.StartedAt, o.Status.CompletedAt, o.Status.Conditions
+	}
+	if !wrote || completed == nil || started == nil {
+		return
+	}
+	k.Metrics.finished(kind, phase, completed.Sub(started.Time).Seconds())
+	ctrl.LoggerFrom(ctx).Info("Run finished", "kind", kind, "phase", phase, "message", readyMessage(conds))
 }

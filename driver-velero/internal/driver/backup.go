@@ -213,28 +213,45 @@ func artifactURI(bsl *velerov1.BackupStorageLocation, vb *velerov1.Backup) strin
 
 // results lists Velero's errors and warnings of a backup (best effort: on failure, a line saying so).
 func (d *Driver) results(ctx context.Context, vb *velerov1.Backup) []string {
-	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, vb.Name, "results")
-	defer func() { _ = download.Cleanup(context.WithoutCancel(ctx), d.Client, vb.Namespace, name) }()
-	url, err := download.Request(ctx, d.Client, d.Client, vb.Namespace, name,
-		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupResults, Name: vb.Name}, d.DownloadTimeout)
-	if err == nil {
-		var body io.ReadCloser
-		httpc := d.HTTP
-		if httpc == nil {
-			httpc, err = download.NewHTTPClient(nil)
-		}
-		if err == nil {
-			body, err = download.Open(ctx, httpc, url)
-		}
-		if err == nil {
-			defer body.Close()
-			errs, warns, err := download.Results(body, 10)
-			if err == nil {
-				return append(prefix("error: ", errs), prefix("warning: ", warns)...)
-			}
-		}
+	var lines []string
+	err := d.fetch(ctx, vb.Namespace, backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, vb.Name, "results"), vb.Spec.StorageLocation,
+		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindBackupResults, Name: vb.Name}, func(r io.Reader) error {
+			errs, warns, err := download.Results(r, 10)
+			lines = append(prefix("error: ", errs), prefix("warning: ", warns)...)
+			return err
+		})
+	if err != nil {
+		return []string{"Velero's error and warning messages could not be read: " + err.Error()}
 	}
-	return []string{"Velero's error and warning messages could not be read: " + download.Redact(err).Error()}
+	return lines
+}
+
+// fetch streams one file of a Velero backup or restore (target) through the DownloadRequest name
+// in ns to read, with the HTTP client of the storage location (its caCert trusted), and deletes
+// the DownloadRequest afterwards. Errors carry no presigned URL.
+func (d *Driver) fetch(ctx context.Context, ns, name, location string, target velerov1.DownloadTarget, read func(io.Reader) error) error {
+	defer func() { _ = download.Cleanup(context.WithoutCancel(ctx), d.Client, ns, name) }()
+	bsl := &velerov1.BackupStorageLocation{}
+	if err := d.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: location}, bsl); err != nil {
+		return fmt.Errorf("reading BackupStorageLocation %s/%s: %w", ns, location, err)
+	}
+	httpc, err := d.httpFor(bsl)
+	if err != nil {
+		return err
+	}
+	if d.HTTP == nil {
+		defer httpc.CloseIdleConnections()
+	}
+	url, err := download.Request(ctx, d.Client, d.Client, ns, name, target, d.DownloadTimeout)
+	if err != nil {
+		return download.Redact(err)
+	}
+	body, err := download.Open(ctx, httpc, url)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	return download.Redact(read(body))
 }
 
 func prefix(p string, lines []string) []string {

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -39,11 +40,11 @@ func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy
 	switch vr.Status.Phase {
 	case velerov1.RestorePhaseCompleted:
 		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed", vr.Namespace, vr.Name),
-			Items: d.restoredItems(ctx, vr)}, nil
+			Items: d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation])}, nil
 	case velerov1.RestorePhasePartiallyFailed:
 		msg := fmt.Sprintf("Velero restore %s/%s completed with %d error(s) and %d warning(s); see `velero restore describe %s --details`",
 			vr.Namespace, vr.Name, vr.Status.Errors, vr.Status.Warnings, vr.Name)
-		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg, Items: d.restoredItems(ctx, vr)}, nil
+		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg, Items: d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation])}, nil
 	case velerov1.RestorePhaseFailed:
 		return driverkit.RestoreOutcome{}, driverkit.Failf(backupsv1.ReasonFailed,
 			"velero restore %s/%s failed: %s", vr.Namespace, vr.Name, orUnknown(vr.Status.FailureReason))
@@ -139,29 +140,13 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 
 // restoredItems counts the restore's items by what Velero did with them (its RestoreResourceList),
 // best effort: nil when the list cannot be read.
-func (d *Driver) restoredItems(ctx context.Context, vr *velerov1.Restore) *backupsv1.RestoreItems {
-	name := backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, vr.Name, "resources")
-	defer func() { _ = download.Cleanup(context.WithoutCancel(ctx), d.Client, vr.Namespace, name) }()
-	url, err := download.Request(ctx, d.Client, d.Client, vr.Namespace, name,
-		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindRestoreResourceList, Name: vr.Name}, d.DownloadTimeout)
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Velero's restore resource list could not be read", "error", download.Redact(err).Error())
-		return nil
-	}
-	httpc := d.HTTP
-	if httpc == nil {
-		if httpc, err = download.NewHTTPClient(nil); err != nil {
-			return nil
-		}
-		defer httpc.CloseIdleConnections()
-	}
-	body, err := download.Open(ctx, httpc, url)
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Velero's restore resource list could not be read", "error", err.Error())
-		return nil
-	}
-	defer body.Close()
-	counts, err := download.ResourceList(body)
+func (d *Driver) restoredItems(ctx context.Context, vr *velerov1.Restore, location string) *backupsv1.RestoreItems {
+	var counts map[string]int64
+	err := d.fetch(ctx, vr.Namespace, backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, vr.Name, "resources"), location,
+		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindRestoreResourceList, Name: vr.Name}, func(r io.Reader) (err error) {
+			counts, err = download.ResourceList(r)
+			return err
+		})
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("Velero's restore resource list could not be read", "error", err.Error())
 		return nil
