@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -41,7 +42,8 @@ func main() {
 // options is everything the flags set.
 type options struct {
 	metricsAddr, probeAddr, leaderNS string
-	leaderElect                      bool
+	metricsCertDir                   string
+	leaderElect, metricsSecure       bool
 	qps                              float64
 	burst                            int
 	controllers                      controllers.Options
@@ -52,7 +54,10 @@ type options struct {
 func parseFlags(args []string) (options, error) {
 	o := options{controllers: controllers.DefaultOptions()}
 	fs := flag.NewFlagSet("core-controller", flag.ContinueOnError)
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS, only to clients whose bearer token may get /metrics (TokenReview, SubjectAccessReview); false serves plain HTTP to anyone.")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory of the metrics endpoint's tls.crt and tls.key; empty (or either file missing) means a self-signed certificate.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
@@ -88,7 +93,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "core-controller.backups.cozystack.io",
@@ -117,4 +122,18 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	ctrl.Log.Info("Starting core controller", "driverClaimTimeout", o.controllers.ClaimTimeout,
 		"leaderElection", o.leaderElect, "planWorkers", o.controllers.PlanWorkers)
 	return mgr.Start(ctx)
+}
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serves /metrics on addr. Secure, it serves HTTPS (certDir's certificate, or a
+// self-signed one) and answers only requests whose bearer token the API server authenticates
+// (TokenReview) and authorizes to get /metrics (SubjectAccessReview), hence the markers above.
+func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: addr, SecureServing: secure, CertDir: certDir}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

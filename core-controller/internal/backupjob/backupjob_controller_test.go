@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/core-controller/internal/claim"
 	"github.com/coffer-backup/coffer/core-controller/internal/metrics"
 	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
 )
@@ -50,7 +51,7 @@ func newHarness(t *testing.T) *harness {
 		h.logs.WriteString(prefix + " " + args + "\n")
 	}, funcr.Options{Verbosity: 1}))
 	h.clock = clocktesting.NewFakeClock(time.Now())
-	h.r = &Reconciler{Client: env.Client, Clock: h.clock, Recorder: h.events, ClaimTimeout: 5 * time.Minute, Started: time.Now().Add(-time.Hour)}
+	h.r = &Reconciler{Settings: claim.Settings{Client: env.Client, Clock: h.clock, Recorder: h.events, ClaimTimeout: 5 * time.Minute, Started: time.Now().Add(-time.Hour)}}
 	return h
 }
 
@@ -102,9 +103,9 @@ func TestUnclaimedBackupJobFails(t *testing.T) {
 		reason string
 		msg    string
 	}{
-		{"velero-vms", "", backupsv1.ReasonNoDriverClaimed, `: BackupClass "velero-vms" resolves to VeleroBackupStrategy "vm" (group velerodriver.backups.cozystack.io), and no driver of that strategy kind took it; install or start that driver, or point the class at a strategy whose driver runs; then create a new BackupJob`},
-		{"databases-only", "", backupsv1.ReasonNoMatchingStrategy, `: BackupClass "databases-only" has no strategy for applications of kind "VirtualMachine" in group "apps.cozystack.io"; add a strategy for this application to the class or name an existing class; then create a new BackupJob`},
-		{"missing", "", backupsv1.ReasonBackupClassNotFound, `: BackupClass "missing" not found; create it or name an existing class; then create a new BackupJob`},
+		{"velero-vms", "", backupsv1.ReasonNoDriverClaimed, `: BackupClass "velero-vms" resolves to VeleroBackupStrategy "vm" (group velerodriver.backups.cozystack.io), and no driver of that strategy kind took it; install or start that driver, or point the class at a strategy whose driver runs; then create a new BackupJob (this one's spec cannot change)`},
+		{"databases-only", "", backupsv1.ReasonNoMatchingStrategy, `: BackupClass "databases-only" has no strategy for applications of kind "VirtualMachine" in group "apps.cozystack.io"; add a strategy for this application to the class, or use another class; then create a new BackupJob (this one's spec cannot change)`},
+		{"missing", "", backupsv1.ReasonBackupClassNotFound, `: BackupClass "missing" not found; create it or use another class; then create a new BackupJob (this one's spec cannot change)`},
 		{"missing", "nightly", backupsv1.ReasonBackupClassNotFound, `: BackupClass "missing" not found; create it or set spec.backupClassName of Plan nightly to an existing class; Plan nightly creates a new BackupJob at its next tick`},
 	}
 	for _, tt := range tests {

@@ -56,6 +56,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	started := clk.Now()
 	recorder := mgr.GetEventRecorder(EventSource)
+	settings := claim.Settings{Client: mgr.GetClient(), Clock: clk, Recorder: recorder, ClaimTimeout: o.ClaimTimeout, Started: started}
 	if err := (&plan.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -64,22 +65,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(ctx, mgr, o.PlanWorkers); err != nil {
 		return fmt.Errorf("setting up the Plan controller: %w", err)
 	}
-	if err := (&backupjob.Reconciler{
-		Client:       mgr.GetClient(),
-		Clock:        clk,
-		Recorder:     recorder,
-		ClaimTimeout: o.ClaimTimeout,
-		Started:      started,
-	}).SetupWithManager(mgr); err != nil {
+	if err := (&backupjob.Reconciler{Settings: settings}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BackupJob controller: %w", err)
 	}
-	if err := (&restorejob.Reconciler{
-		Client:       mgr.GetClient(),
-		Clock:        clk,
-		Recorder:     recorder,
-		ClaimTimeout: o.ClaimTimeout,
-		Started:      started,
-	}).SetupWithManager(mgr); err != nil {
+	if err := (&restorejob.Reconciler{Settings: settings}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the RestoreJob controller: %w", err)
 	}
 	return nil

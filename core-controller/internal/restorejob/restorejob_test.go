@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/core-controller/internal/claim"
 	"github.com/coffer-backup/coffer/core-controller/internal/metrics"
 	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
 )
@@ -50,7 +51,7 @@ func newHarness(t *testing.T) *harness {
 		h.logs.WriteString(prefix + " " + args + "\n")
 	}, funcr.Options{Verbosity: 1}))
 	h.clock = clocktesting.NewFakeClock(time.Now())
-	h.r = &Reconciler{Client: env.Client, Clock: h.clock, Recorder: h.rec, ClaimTimeout: time.Minute, Started: time.Now().Add(-time.Hour)}
+	h.r = &Reconciler{Settings: claim.Settings{Client: env.Client, Clock: h.clock, Recorder: h.rec, ClaimTimeout: time.Minute, Started: time.Now().Add(-time.Hour)}}
 	return h
 }
 
