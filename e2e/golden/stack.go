@@ -99,6 +99,14 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if s.Velero, err = velerostack.Start(ctx, s.Cluster); err != nil {
 		return nil, err
 	}
+	s.say("Installing deploy/verifier/velero (the verifier's sandbox modifiers) in Velero's namespace")
+	velero, err := manifests.Render(filepath.Join(s.Root, "deploy", "verifier", "velero"))
+	if err != nil {
+		return nil, err
+	}
+	if err := manifests.Apply(ctx, s.Client, velero); err != nil {
+		return nil, err
+	}
 	specs := opts.Components
 	if specs == nil {
 		snapshots := filepath.Join(dir, "etcd-snapshots")

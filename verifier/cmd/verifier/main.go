@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
@@ -29,14 +30,19 @@ import (
 // options are the verifier's flags.
 type options struct {
 	metricsAddr, probeAddr, leaderNS    string
+	metricsCertDir                      string
 	clusterID, clusterName, snapshotDir string
-	leaderElect                         bool
+	leaderElect, metricsSecure          bool
 	downloadTimeout                     time.Duration
+	serviceAccount                      string
 }
 
 func main() {
 	o := options{}
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.BoolVar(&o.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS, only to clients whose bearer token may get /metrics (TokenReview, SubjectAccessReview); false serves plain HTTP to anyone.")
+	flag.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory of the metrics endpoint's tls.crt and tls.key; empty (or either file missing) means a self-signed certificate.")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
@@ -44,6 +50,8 @@ func main() {
 	flag.StringVar(&o.clusterName, "cluster-name", "", "Cluster name recorded in every SecurityEvent.")
 	flag.StringVar(&o.snapshotDir, "etcd-snapshot-dir", "/var/lib/etcd-snapshots", "Directory of etcd snapshots; a run's backupRef.name is a path inside it.")
 	flag.DurationVar(&o.downloadTimeout, "download-timeout", 2*time.Minute, "How long to wait for Velero to answer a DownloadRequest.")
+	flag.StringVar(&o.serviceAccount, "service-account", "",
+		"The verifier's own ServiceAccount (<namespace>/<name>), bound to ClusterRole coffer-verifier-sandbox in each sandbox; empty means the identity the API server sees.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -61,7 +69,7 @@ func run(ctx context.Context, o options) error {
 	utilruntime.Must(velerov1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "backup-verify.security.ugallu.io",
@@ -70,10 +78,15 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
+	sa, err := serviceAccount(ctx, mgr.GetConfig(), scheme, o.serviceAccount)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.Info("Sandboxes are bound to the verifier's ServiceAccount", "serviceAccount", sa)
 	r := &verifyrun.Reconciler{
 		Client: mgr.GetClient(),
 		// Downloads go through a client per storage location (timeouts, its caCert trusted).
-		Velero: &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout},
+		Velero: &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, ServiceAccount: sa},
 		Clock:  clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
 		EtcdSnapshotDir: o.snapshotDir, ClusterID: o.clusterID, ClusterName: o.clusterName,
 	}
@@ -93,4 +106,18 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serves /metrics on addr. Secure, it serves HTTPS (certDir's certificate, or a
+// self-signed one) and answers only requests whose bearer token the API server authenticates
+// (TokenReview) and authorizes to get /metrics (SubjectAccessReview), hence the markers above.
+func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: addr, SecureServing: secure, CertDir: certDir}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
@@ -30,6 +32,7 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
@@ -56,12 +59,39 @@ func run(m *testing.M) int {
 	}
 	defer env.Stop()
 	lc, stack, cl = env.Cluster, env.Stack, env.Client
+	if err := installVerifier(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "installing deploy/verifier:", err)
+		return 1
+	}
 	if snapDir, err = os.MkdirTemp("", "etcd-snapshots-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer os.RemoveAll(snapDir)
 	return m.Run()
+}
+
+// verifierSA is the ServiceAccount deploy/verifier runs the verifier as.
+var verifierSA = types.NamespacedName{Namespace: "ugallu-system", Name: "coffer-verifier"}
+
+// installVerifier applies what deploy/verifier ships that a cluster without nodes can take (RBAC,
+// the admission policies) and deploy/verifier/velero (the sandbox's resource modifiers, which
+// every full-restore's Restore names, and the storage-CA Role) in Velero's namespace.
+func installVerifier(ctx context.Context) error {
+	root, err := manifests.RepoRoot()
+	if err != nil {
+		return err
+	}
+	objs, err := manifests.Render(filepath.Join(root, "deploy", "verifier"))
+	if err != nil {
+		return err
+	}
+	take, _ := manifests.Nodeless(objs)
+	velero, err := manifests.Render(filepath.Join(root, "deploy", "verifier", "velero"))
+	if err != nil {
+		return err
+	}
+	return manifests.Apply(ctx, cl, append(take, velero...))
 }
 
 // harness is a reconciler with a fake clock, called directly so that tests control every step.
@@ -81,7 +111,7 @@ func newHarness(t testing.TB) *harness {
 func (h *harness) reconciler(reader client.Reader) *verifyrun.Reconciler {
 	return &verifyrun.Reconciler{
 		Client:          cl,
-		Velero:          &velerocheck.Checker{Reader: reader, Client: cl, DownloadTimeout: time.Minute},
+		Velero:          &velerocheck.Checker{Reader: reader, Client: cl, DownloadTimeout: time.Minute, ServiceAccount: verifierSA},
 		Clock:           h.clock,
 		Recorder:        &events.FakeRecorder{},
 		EtcdSnapshotDir: snapDir,

@@ -23,7 +23,7 @@ import (
 // Objects a controller owns are not always in the sandbox under their own names when the diff
 // runs. Velero restores them with the ownerReferences they had, which name their owners' old UIDs;
 // the garbage collector deletes them in the sandbox and their controllers create them again, some
-// under new names (EndpointSlices and Pods have generated names), some a moment later. Such an
+// under new names (EndpointSlices have generated names), some a moment later. Such an
 // object is derived state: it counts as restored when its controller, as its backup copy names
 // it, is in the sandbox (directly, or through its own controller in turn). Controllers are read
 // from the backup's own copies, in the tarball, and only when something is missing by name.
@@ -98,55 +98,76 @@ func readControllers(r io.Reader) (map[objectKey]controllerRef, error) {
 	}
 }
 
-// regenerated returns the missing objects whose controller is not in the sandbox; the others are
-// left to their controllers. versions gives the version the backup holds of each kind.
-func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl map[objectKey]controllerRef, versions map[schema.GroupKind]string, sandboxOf map[string]string) ([]missingObject, error) {
-	present := map[objectKey]bool{}
-	// restored reports whether the object key (in its source namespace) is in its sandbox, or
-	// is controlled by something that is; depth bounds a cycle of references.
-	var restored func(k objectKey, depth int) (bool, error)
-	restored = func(k objectKey, depth int) (bool, error) {
+// presence is what the sandbox holds of an object, directly or through its controllers.
+type presence int
+
+const (
+	absent presence = iota
+	present
+	// leftOut: the object, or a controller of it, is of a kind the Restore leaves out.
+	leftOut
+)
+
+// regenerated returns the missing objects whose controller is not in the sandbox, and how many of
+// the others were left out with a controller of a kind the Restore excludes; the rest are left to
+// their controllers. versions gives the version the backup holds of each kind.
+func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl map[objectKey]controllerRef, versions map[schema.GroupKind]string, sandboxOf map[string]string) ([]missingObject, int, error) {
+	memo := map[objectKey]presence{}
+	// state says whether the object key (in its source namespace) is in its sandbox, or is
+	// controlled by something that is, or by something left out; depth bounds a cycle of
+	// references.
+	var state func(k objectKey, depth int) (presence, error)
+	state = func(k objectKey, depth int) (presence, error) {
 		if depth > 8 {
-			return false, nil
+			return absent, nil
 		}
-		if p, ok := present[k]; ok {
+		if _, excluded := ExcludedFromSandbox[k.gk]; excluded {
+			return leftOut, nil
+		}
+		if p, ok := memo[k]; ok {
 			return p, nil
 		}
-		ok := false
+		p := absent
 		if v, known := versions[k.gk]; known {
 			u := &unstructured.Unstructured{}
 			u.SetGroupVersionKind(k.gk.WithVersion(v))
 			err := c.Reader.Get(ctx, client.ObjectKey{Namespace: sandboxOf[k.ns], Name: k.name}, u)
 			if err != nil && !apierrors.IsNotFound(err) {
-				return false, fmt.Errorf("reading %s %s from sandbox %s: %w", k.gk.Kind, k.name, sandboxOf[k.ns], err)
+				return absent, fmt.Errorf("reading %s %s from sandbox %s: %w", k.gk.Kind, k.name, sandboxOf[k.ns], err)
 			}
-			ok = err == nil
+			if err == nil {
+				p = present
+			}
 		}
-		if !ok {
+		if p == absent {
 			if ref, owned := ctrl[k]; owned {
 				var err error
-				if ok, err = restored(objectKey{gk: schema.GroupKind{Group: ref.group, Kind: ref.kind}, ns: k.ns, name: ref.name}, depth+1); err != nil {
-					return false, err
+				if p, err = state(objectKey{gk: schema.GroupKind{Group: ref.group, Kind: ref.kind}, ns: k.ns, name: ref.name}, depth+1); err != nil {
+					return absent, err
 				}
 			}
 		}
-		present[k] = ok
-		return ok, nil
+		memo[k] = p
+		return p, nil
 	}
 	var left []missingObject
+	excluded := 0
 	for _, m := range missing {
-		ok := false
+		p := absent
 		if ref, owned := ctrl[objectKey{gk: m.gvk.GroupKind(), ns: m.source, name: m.name}]; owned {
 			var err error
-			if ok, err = restored(objectKey{gk: schema.GroupKind{Group: ref.group, Kind: ref.kind}, ns: m.source, name: ref.name}, 1); err != nil {
-				return nil, err
+			if p, err = state(objectKey{gk: schema.GroupKind{Group: ref.group, Kind: ref.kind}, ns: m.source, name: ref.name}, 1); err != nil {
+				return nil, 0, err
 			}
 		}
-		if !ok {
+		switch p {
+		case leftOut:
+			excluded++
+		case absent:
 			left = append(left, m)
 		}
 	}
-	return left, nil
+	return left, excluded, nil
 }
 
 type missingObject struct {

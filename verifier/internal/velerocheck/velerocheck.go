@@ -1,7 +1,8 @@
 // Package velerocheck verifies Velero backups for the backup verifier: checksum-only (stream the
 // tarball, recompute SHA-256, compare with the checksum recorded when it was taken) and
-// full-restore (restore into sandbox namespaces the verifier owns, diff them with the backup's own
-// resource list, clean up). It writes nothing outside its sandboxes and its own Restore.
+// full-restore (restore into sandbox namespaces the verifier owns, confined and inert (see
+// sandbox.go), diff them with the backup's own resource list, clean up). It writes nothing outside
+// its sandboxes and its own Restore, and reads nothing outside them but Velero's objects.
 //
 // Findings are facts about the backup. Trouble reaching it (the API server, Velero, the object
 // store) is an error: the caller retries it within the run's timeout, and an error wrapped in
@@ -30,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -65,6 +67,8 @@ type Checker struct {
 	// location gets a client of download.NewHTTPClient (timeouts) that trusts its caCert.
 	HTTP            *http.Client
 	DownloadTimeout time.Duration
+	// ServiceAccount is the verifier's own identity, bound to SandboxRole in each sandbox.
+	ServiceAccount types.NamespacedName
 
 	mu      sync.Mutex
 	clients map[[sha256.Size]byte]*http.Client
@@ -138,6 +142,11 @@ func orNone(s string) string {
 	return s
 }
 
+// StorageCARole is the Role, in Velero's namespace, that lets the verifier read the Secrets a
+// storage location names as its caCertRef (deploy/verifier/velero: by name, never every Secret
+// of the namespace, which holds Velero's own credentials).
+const StorageCARole = "coffer-verifier-storage-ca"
+
 // httpClient is the client for a storage location's presigned URLs: timeouts, and its CA bundle
 // (spec.objectStorage.caCertRef, else caCert) trusted besides the system's roots.
 func (c *Checker) httpClient(ctx context.Context, bsl *velerov1.BackupStorageLocation) (*http.Client, error) {
@@ -150,7 +159,13 @@ func (c *Checker) httpClient(ctx context.Context, bsl *velerov1.BackupStorageLoc
 		if ref := store.CACertRef; ref != nil {
 			sec := &corev1.Secret{}
 			if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: bsl.Namespace, Name: ref.Name}, sec); err != nil {
-				return nil, APIError(fmt.Sprintf("reading the CA bundle of BackupStorageLocation %s/%s (Secret %s)", bsl.Namespace, bsl.Name, ref.Name), err)
+				what := fmt.Sprintf("reading the CA bundle of BackupStorageLocation %s/%s (Secret %s)", bsl.Namespace, bsl.Name, ref.Name)
+				if apierrors.IsForbidden(err) {
+					// The verifier reads no Secret but the ones the Role of deploy/verifier/velero names.
+					return nil, fmt.Errorf("%s: %w; add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)",
+						what, err, ref.Name, bsl.Namespace, StorageCARole)
+				}
+				return nil, APIError(what, err)
 			}
 			if ca = sec.Data[ref.Key]; len(ca) == 0 {
 				return nil, fmt.Errorf("Secret %s/%s named by BackupStorageLocation %s as its caCertRef has no key %q", bsl.Namespace, ref.Name, bsl.Name, ref.Key)
@@ -255,18 +270,46 @@ func (c *Checker) regeneratedByControllers(ctx context.Context, run *securityv1.
 	if err != nil {
 		return nil, err
 	}
-	left, err := c.regenerated(ctx, missing, ctrl, versions, sandboxOf)
+	left, excluded, err := c.regenerated(ctx, missing, ctrl, versions, sandboxOf)
 	if err != nil {
 		return nil, err
 	}
-	if n := len(missing) - len(left); n > 0 {
-		out.ObjectsRestored += int32(n)
-		if out.Details == nil {
-			out.Details = map[string]string{}
-		}
-		out.Details["objectsLeftToControllers"] = strconv.Itoa(n)
+	// Objects whose controller is of a kind left out of the sandbox (a DaemonSet's
+	// ControllerRevisions, a Pod's ephemeral volume claims) were left out with it.
+	n := len(missing) - len(left) - excluded
+	out.ObjectsRestored += int32(n)
+	out.ObjectsExpected -= int32(excluded)
+	out.detail(DetailLeftToControllers, n)
+	if excluded > 0 {
+		prev, _ := strconv.Atoi(out.Details[DetailObjectsExcluded])
+		out.detail(DetailObjectsExcluded, prev+excluded)
 	}
 	return left, nil
+}
+
+// Keys of a full-restore Result's details.
+const (
+	// DetailLeftToControllers counts the objects missing from the sandbox by name whose
+	// controller is there (see controllers.go).
+	DetailLeftToControllers = "objectsLeftToControllers"
+	// DetailObjectsExcluded counts the objects of the backup the Restore left out on purpose
+	// (ExcludedFromSandbox, and what their controllers own); they are not in objectsExpected.
+	DetailObjectsExcluded = "objectsExcluded"
+	// DetailScaledToZero counts the restored workloads whose replicas the sandbox set to 0.
+	DetailScaledToZero = "workloadsScaledToZero"
+	// DetailSuspended counts the restored Jobs and CronJobs the sandbox suspended.
+	DetailSuspended = "workloadsSuspended"
+)
+
+// detail records a positive count in the details.
+func (o *Outcome) detail(key string, n int) {
+	if n <= 0 {
+		return
+	}
+	if o.Details == nil {
+		o.Details = map[string]string{}
+	}
+	o.Details[key] = strconv.Itoa(n)
 }
 
 // errMalformed marks a file of the backup that was read whole and does not decode: a fact.
@@ -423,10 +466,20 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	}
 	switch vr.Status.Phase {
 	case velerov1.RestorePhaseCompleted:
+	case velerov1.RestorePhaseFailedValidation:
+		if v := strings.Join(vr.Status.ValidationErrors, "; "); strings.Contains(v, SandboxModifiers) {
+			// Not a fact about the backup: without its resource modifiers a sandbox would run the
+			// backup's workloads, so the verifier never restores without them.
+			return out, reconcile.TerminalError(fmt.Errorf("velero restore %s/%s cannot use the sandbox's resource modifiers (%s); "+
+				"apply deploy/verifier/velero in Velero's namespace %s (ConfigMap %s)", vr.Namespace, vr.Name, v, vr.Namespace, SandboxModifiers))
+		}
+		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+vr.Name,
+			fmt.Sprintf("the restore %s: %s%s", vr.Status.Phase, vr.Status.FailureReason, strings.Join(vr.Status.ValidationErrors, "; ")))
+		return out, nil
 	case velerov1.RestorePhasePartiallyFailed:
 		out.add(securityv1.CodeRestorePartiallyFailed, securityv1.SeverityHigh, "velero.io/Restore "+vr.Name,
 			fmt.Sprintf("the restore completed with %d error(s) and %d warning(s)", vr.Status.Errors, vr.Status.Warnings))
-	case velerov1.RestorePhaseFailed, velerov1.RestorePhaseFailedValidation:
+	case velerov1.RestorePhaseFailed:
 		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+vr.Name,
 			fmt.Sprintf("the restore %s: %s%s", vr.Status.Phase, vr.Status.FailureReason, strings.Join(vr.Status.ValidationErrors, "; ")))
 		return out, nil
@@ -435,8 +488,21 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		return out, nil
 	}
 	var missing []missingObject
+	var live []string
+	inertCount := map[string]int{}
 	for _, src := range sources {
 		for _, o := range objects[src] {
+			gk := o.gvk.GroupKind()
+			if _, ok := ExcludedFromSandbox[gk]; ok {
+				inertCount[DetailObjectsExcluded]++
+				continue
+			}
+			if _, ok := ScaledToZero[gk]; ok {
+				inertCount[DetailScaledToZero]++
+			}
+			if _, ok := Suspended[gk]; ok {
+				inertCount[DetailSuspended]++
+			}
 			out.ObjectsExpected++
 			u := &unstructured.Unstructured{}
 			u.SetGroupVersionKind(o.gvk)
@@ -444,12 +510,24 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			switch {
 			case err == nil:
 				out.ObjectsRestored++
+				if why := inert(u); why != "" {
+					live = append(live, describe(o, mapping[src])+": "+why)
+				}
 			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: mapping[src], name: o.name})
 			default:
 				return out, APIError(fmt.Sprintf("reading %s from the sandbox", describe(o, mapping[src])), err)
 			}
 		}
+	}
+	if len(live) > 0 {
+		// Not a fact about the backup: the sandbox was not inert. The run ends and its cleanup
+		// deletes the sandboxes at once.
+		return out, reconcile.TerminalError(fmt.Errorf("the sandbox is not inert: %s; the resource modifiers of ConfigMap %s/%s (deploy/verifier/velero) "+
+			"must restore workloads with replicas 0 and suspend true", strings.Join(live, "; "), vr.Namespace, SandboxModifiers))
+	}
+	for k, n := range inertCount {
+		out.detail(k, n)
 	}
 	if len(missing) > 0 {
 		versions := map[schema.GroupKind]string{}
@@ -467,8 +545,11 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", m.gvk.Kind, m.source, m.name))
 	}
 	if out.ObjectsExpected == out.ObjectsRestored && len(out.Findings) == 0 {
-		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name,
-			fmt.Sprintf("all %d namespaced objects of the backup were restored into the sandbox", out.ObjectsExpected))
+		msg := fmt.Sprintf("all %d namespaced objects of the backup were restored into the sandbox", out.ObjectsExpected)
+		if n := out.Details[DetailObjectsExcluded]; n != "" {
+			msg += fmt.Sprintf(" (%s left out on purpose: Pods, DaemonSets and what they own)", n)
+		}
+		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name, msg)
 	}
 	return out, nil
 }
@@ -487,34 +568,6 @@ func describe(o objectRef, ns string) string {
 		g = "core"
 	}
 	return fmt.Sprintf("%s/%s %s/%s", g, o.gvk.Kind, ns, o.name)
-}
-
-// ensureSandbox creates a sandbox labelled with the run's UID, or accepts one that carries it. A
-// namespace the verifier did not create for this run is refused (a finding), never reused. wait is
-// true while this run's own sandbox from an earlier pass is still being deleted (see FullRestore).
-func (c *Checker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding, _ error) {
-	ns := &corev1.Namespace{}
-	err := c.Reader.Get(ctx, client.ObjectKey{Name: name}, ns)
-	switch {
-	case err == nil && ns.Labels[securityv1.LabelRunUID] == string(run.UID):
-		return !ns.DeletionTimestamp.IsZero(), nil, nil
-	case err == nil:
-		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
-			Message: fmt.Sprintf("sandbox namespace %s already exists and was not created for this run; it is never reused", name)}, nil
-	case !apierrors.IsNotFound(err):
-		return false, nil, APIError("reading sandbox namespace "+name, err)
-	}
-	if !strings.HasSuffix(name, securityv1.SandboxSuffix) {
-		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
-			Message: fmt.Sprintf("sandbox namespace %s does not end with %s", name, securityv1.SandboxSuffix)}, nil
-	}
-	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}}}
-	if err := c.Client.Create(ctx, ns); err != nil {
-		// AlreadyExists included: the next pass reads whose it is.
-		return false, nil, APIError("creating sandbox namespace "+name, err)
-	}
-	return false, nil, nil
 }
 
 func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, sources []string, mapping map[string]string) (*velerov1.Restore, error) {
@@ -543,6 +596,9 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 			IncludedNamespaces:      sources,
 			NamespaceMapping:        mapping,
 			IncludeClusterResources: &noCluster,
+			// The sandbox runs nothing (sandbox.go).
+			ExcludedResources: excludedResources(),
+			ResourceModifier:  &corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: SandboxModifiers},
 		},
 	}
 	if err := c.Client.Create(ctx, vr); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -10,12 +10,18 @@ package verifyrun
 // cache, created, deleted only when they belong to an earlier run of the same name (see
 // ownResult), and their status written with Status().Update. Everything the Velero backend reads
 // (Velero Backups, storage locations, Restores, DownloadRequests, sandbox namespaces, the restored
-// objects) goes through the uncached API reader, so get suffices where nothing lists. The sandbox
-// diff reads any restored kind, so the verifier gets read access to every kind (get only), which
-// also covers a storage location's caCertRef Secret; namespaces are created (the verifier makes
-// each sandbox itself), listed by the run's UID label and deleted only when they carry it. The
-// leader-election Lease and its core/v1 events are the namespaced Role's
-// (deploy/verifier/rbac/leader_election_role.yaml).
+// objects) goes through the uncached API reader, so get suffices where nothing lists.
+//
+// The verifier reads nothing outside its sandboxes but Velero's objects. Namespaces are created
+// (the verifier makes each sandbox itself), listed by the run's UID label and deleted only when
+// they carry it. In each sandbox it creates a RoleBinding of its own ServiceAccount to the shipped
+// ClusterRole coffer-verifier-sandbox (get on every kind there, for the diff, and create on
+// NetworkPolicies, for the sandbox's deny-all policy): it may create RoleBindings and bind that
+// one ClusterRole, not hold its rights. The admission policy coffer-verifier-confinement
+// (deploy/verifier/policies) confines namespaces and RoleBindings to labelled -bvsandbox
+// namespaces, that role and itself. A storage location's caCertRef Secret is read through the
+// Role of deploy/verifier/velero (by name, in Velero's namespace). The leader-election Lease and
+// its core/v1 events are the namespaced Role's (deploy/verifier/rbac/leader_election_role.yaml).
 //
 // +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns;backupverifyresults,verbs=get;list;watch
 // +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns/status,verbs=patch
@@ -25,5 +31,6 @@ package verifyrun
 // +kubebuilder:rbac:groups=velero.io,resources=backups;backupstoragelocations,verbs=get
 // +kubebuilder:rbac:groups=velero.io,resources=restores;downloadrequests,verbs=get;create;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;create;delete
-// +kubebuilder:rbac:groups=*,resources=*,verbs=get
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=coffer-verifier-sandbox
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

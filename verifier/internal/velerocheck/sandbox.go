@@ -1,0 +1,201 @@
+package velerocheck
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+)
+
+// A sandbox is confined and inert before anything is restored into it:
+//
+//   - the verifier holds no read access outside its sandboxes. In each sandbox it creates, it binds
+//     itself (RoleBinding SandboxRole) to the shipped ClusterRole SandboxRole
+//     (deploy/verifier/rbac/sandbox_role.yaml: get on every kind, create NetworkPolicies), which
+//     it may bind without holding those rights (RBAC's bind verb, on that ClusterRole only); the
+//     admission policy coffer-verifier-confinement (deploy/verifier/policies) lets its
+//     ServiceAccount create and delete only labelled -bvsandbox namespaces and create only that
+//     binding, to itself, only in them;
+//   - the namespace enforces Pod Security "restricted" and a NetworkPolicy denies all ingress and
+//     egress of its pods;
+//   - the Restore leaves out Pods and DaemonSets (excludedResources) and applies the resource
+//     modifiers of the ConfigMap SandboxModifiers (deploy/verifier/velero, in Velero's
+//     namespace): Deployments, StatefulSets, ReplicaSets and ReplicationControllers come back
+//     with replicas 0, Jobs and CronJobs suspended. So no restored workload starts a pod, and no
+//     production Secret or endpoint is used from a sandbox.
+const (
+	// SandboxRole names the ClusterRole the verifier binds itself to in each sandbox, and the
+	// RoleBinding doing so.
+	SandboxRole = "coffer-verifier-sandbox"
+	// SandboxNetworkPolicy is the deny-all NetworkPolicy of each sandbox.
+	SandboxNetworkPolicy = "coffer-verifier-deny-all"
+	// SandboxModifiers is the ConfigMap of Velero resource modifiers, in the namespace of the
+	// Velero backup (and so of the Restore), that makes restored workloads inert.
+	SandboxModifiers = "coffer-verifier-sandbox"
+)
+
+// PodSecurityLabels are the Pod Security admission labels of every sandbox.
+var PodSecurityLabels = map[string]string{
+	"pod-security.kubernetes.io/enforce": "restricted",
+	"pod-security.kubernetes.io/warn":    "restricted",
+	"pod-security.kubernetes.io/audit":   "restricted",
+}
+
+// ExcludedFromSandbox are the kinds a verification Restore leaves out, with their Velero resource
+// names: a bare Pod would run as soon as it is restored and a DaemonSet has no replica count to
+// set to zero. Pods a controller owns are derived state its controller would make again (and, scaled
+// to zero, does not). The diff counts such objects of the backup (details.objectsExcluded) instead
+// of expecting them in the sandbox.
+var ExcludedFromSandbox = map[schema.GroupKind]string{
+	{Kind: "Pod"}:                      "pods",
+	{Group: "apps", Kind: "DaemonSet"}: "daemonsets.apps",
+}
+
+// ScaledToZero are the kinds the resource modifiers restore with spec.replicas 0, with their Velero
+// group-resource names.
+var ScaledToZero = map[schema.GroupKind]string{
+	{Group: "apps", Kind: "Deployment"}:  "deployments.apps",
+	{Group: "apps", Kind: "StatefulSet"}: "statefulsets.apps",
+	{Group: "apps", Kind: "ReplicaSet"}:  "replicasets.apps",
+	{Kind: "ReplicationController"}:      "replicationcontrollers",
+}
+
+// Suspended are the kinds the resource modifiers restore with spec.suspend true.
+var Suspended = map[schema.GroupKind]string{
+	{Group: "batch", Kind: "Job"}:     "jobs.batch",
+	{Group: "batch", Kind: "CronJob"}: "cronjobs.batch",
+}
+
+// excludedResources is the Restore's excludedResources.
+func excludedResources() []string {
+	out := make([]string, 0, len(ExcludedFromSandbox))
+	for _, r := range ExcludedFromSandbox {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// inert reports why a restored object is not inert ("" when it is): a workload the resource
+// modifiers should have scaled to zero or suspended. The diff reads every object anyway; a sandbox
+// that runs something (the ConfigMap changed, or Velero ignored it) ends the run.
+func inert(u *unstructured.Unstructured) string {
+	gk := u.GroupVersionKind().GroupKind()
+	if _, ok := ScaledToZero[gk]; ok {
+		replicas, found, err := unstructured.NestedInt64(u.Object, "spec", "replicas")
+		switch {
+		case err != nil:
+			return "spec.replicas is not a number"
+		case !found:
+			return "spec.replicas is unset (1)"
+		case replicas != 0:
+			return fmt.Sprintf("spec.replicas is %d", replicas)
+		}
+	}
+	if _, ok := Suspended[gk]; ok {
+		if s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend"); !s {
+			return "spec.suspend is not true"
+		}
+	}
+	return ""
+}
+
+// ensureSandbox creates a sandbox labelled with the run's UID and Pod Security "restricted", or
+// accepts one that carries the UID, then makes sure it holds the verifier's RoleBinding and the
+// deny-all NetworkPolicy. A namespace the verifier did not create for this run is refused (a
+// finding), never reused. wait is true while this run's own sandbox from an earlier pass is
+// still being deleted (see FullRestore).
+func (c *Checker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding, _ error) {
+	ns := &corev1.Namespace{}
+	err := c.Reader.Get(ctx, client.ObjectKey{Name: name}, ns)
+	switch {
+	case err == nil && ns.Labels[securityv1.LabelRunUID] == string(run.UID):
+		if !ns.DeletionTimestamp.IsZero() {
+			return true, nil, nil
+		}
+		return false, nil, c.confine(ctx, run, name)
+	case err == nil:
+		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
+			Message: fmt.Sprintf("sandbox namespace %s already exists and was not created for this run; it is never reused", name)}, nil
+	case !apierrors.IsNotFound(err):
+		return false, nil, APIError("reading sandbox namespace "+name, err)
+	}
+	if !strings.HasSuffix(name, securityv1.SandboxSuffix) {
+		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
+			Message: fmt.Sprintf("sandbox namespace %s does not end with %s", name, securityv1.SandboxSuffix)}, nil
+	}
+	labels := map[string]string{securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}
+	for k, v := range PodSecurityLabels {
+		labels[k] = v
+	}
+	ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := c.Client.Create(ctx, ns); err != nil {
+		// AlreadyExists included: the next pass reads whose it is.
+		return false, nil, APIError("creating sandbox namespace "+name, err)
+	}
+	return false, nil, c.confine(ctx, run, name)
+}
+
+// confine binds the verifier to SandboxRole in the sandbox and denies its pods all traffic. Both
+// are created once; AlreadyExists is this run's own from an earlier pass (the namespace carries
+// the run's UID, so nobody else's objects are in it before the Restore).
+func (c *Checker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, ns string) error {
+	if c.ServiceAccount.Name == "" || c.ServiceAccount.Namespace == "" {
+		return fmt.Errorf("the verifier does not know its own ServiceAccount, which it binds to %s in each sandbox; set --service-account", SandboxRole)
+	}
+	labels := map[string]string{securityv1.LabelRunUID: string(run.UID)}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: SandboxRole, Namespace: ns, Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: SandboxRole},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind,
+			Namespace: c.ServiceAccount.Namespace, Name: c.ServiceAccount.Name}},
+	}
+	if err := c.Client.Create(ctx, rb); err != nil && !apierrors.IsAlreadyExists(err) {
+		return APIError(fmt.Sprintf("binding the verifier to ClusterRole %s in sandbox %s", SandboxRole, ns), err)
+	}
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: SandboxNetworkPolicy, Namespace: ns, Labels: labels},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+	// The binding just created takes effect when the API server's RBAC informers see it: a
+	// Forbidden in the first seconds is that delay, not a missing right.
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, bindingDelay, true, func(ctx context.Context) (bool, error) {
+		last = c.Client.Create(ctx, np.DeepCopy())
+		switch {
+		case last == nil || apierrors.IsAlreadyExists(last):
+			last = nil
+			return true, nil
+		case apierrors.IsForbidden(last):
+			return false, nil
+		}
+		return false, last
+	})
+	if last == nil && err != nil {
+		last = err
+	}
+	if last != nil {
+		return APIError(fmt.Sprintf("creating the deny-all NetworkPolicy %s in sandbox %s", SandboxNetworkPolicy, ns), last)
+	}
+	return nil
+}
+
+// bindingDelay bounds how long a new RoleBinding may take to be enforced.
+const bindingDelay = 10 * time.Second
