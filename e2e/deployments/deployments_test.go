@@ -3,8 +3,9 @@
 // Package deployments runs Coffer's four components on a real node as the Deployments that
 // deploy/ ships, so that the manifests themselves are tested: images run as built, the probes
 // gate readiness, every API call is made with the component's own ServiceAccount token (mounted
-// by the kubelet, authorized by the shipped RBAC, no impersonation), and leader election decides
-// which replica works. The e2e overlay changes only the containers' imagePullPolicy (the images
+// by the kubelet, authorized by the shipped RBAC, no impersonation), each pod's metrics endpoint
+// answers Prometheus's token over HTTPS and refuses a scrape without one, and leader election
+// decides which replica works. The e2e overlay changes only the containers' imagePullPolicy (the images
 // are imported, never pulled) and where they find the apiserver (the node's IP, as no
 // kube-proxy routes the kubernetes Service). It needs root (see e2e/harness/node), KUBEBUILDER_ASSETS
 // and COFFER_VELERO_ASSETS (for MinIO and Velero's CRDs): go test -tags e2e ./deployments/.
@@ -16,9 +17,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +46,7 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
 	"github.com/coffer-backup/coffer/e2e/harness/images"
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/node"
@@ -103,9 +108,12 @@ func TestShippedDeployments(t *testing.T) {
 	// against loopback), so nothing they would reconcile can complete here. Their Velero CRDs are
 	// installed, as their controllers watch those kinds. The verifier's etcd-snapshot backend
 	// needs only the node's snapshot directory, and is run for real (verifySnapshots).
+	reader, err := components.ServiceAccountToken(ctx, e.n.Cluster.Kubeconfig, components.MetricsReaderNamespace, components.MetricsReaderName)
+	require.NoError(t, err)
 	for _, c := range e.comps {
 		e.checkPods(t, c)
 		e.checkLease(t, c)
+		e.checkMetrics(t, c, reader)
 	}
 	if t.Failed() {
 		return
@@ -289,6 +297,40 @@ func (e *env) checkLease(t *testing.T, c *component) {
 	assert.Contains(t, names, holder, "%s: the Lease is held by one of its pods", c.name)
 	assert.Equal(t, 1, acquired, "%s: exactly one pod acquired the Lease", c.name)
 	t.Logf("%s: %d replica(s), Lease %s held by %s", c.name, len(pods), c.lease, holder)
+}
+
+// checkMetrics scrapes every pod of a component as the ServiceMonitor does, on the container's
+// port https: the component, with its kubelet-mounted token, asks the API server about each
+// scrape. The token of Prometheus's ServiceAccount (bound to coffer-metrics-reader by deploy/)
+// gets the metrics, the leader's with its controllers' series; no token gets 401.
+func (e *env) checkMetrics(t *testing.T, c *component, token string) {
+	holder, _, err := e.leaseHolder(c)
+	require.NoError(t, err)
+	pods, err := e.pods(c)
+	require.NoError(t, err)
+	for _, p := range pods {
+		port := int32(0)
+		for _, cp := range p.Spec.Containers[0].Ports {
+			if cp.Name == "https" {
+				port = cp.ContainerPort
+			}
+		}
+		if !assert.NotZero(t, port, "%s: the container has a port named https", p.Name) {
+			continue
+		}
+		url := "https://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))) + "/metrics"
+		code, body, err := components.Scrape(url, token)
+		require.NoError(t, err, "%s: %s", p.Name, url)
+		require.Equal(t, http.StatusOK, code, "%s: scraping %s as Prometheus: %s", p.Name, url, body)
+		assert.Contains(t, body, "rest_client_requests_total", "%s", p.Name)
+		if p.Name == holder {
+			assert.Contains(t, body, "controller_runtime_reconcile_total", "%s (the leader)", p.Name)
+		}
+		code, body, err = components.Scrape(url, "")
+		require.NoError(t, err, "%s: %s", p.Name, url)
+		assert.Equal(t, http.StatusUnauthorized, code, "%s: scraping %s without a token: %s", p.Name, url, body)
+	}
+	t.Logf("%s: metrics served over HTTPS to Prometheus's token on %d pod(s), refused without one", c.name, len(pods))
 }
 
 // acquiredLease tells whether a log has client-go's line for acquiring the Lease (its words:

@@ -4,6 +4,8 @@ package components
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +19,11 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
@@ -150,12 +157,73 @@ func ServiceAccountKubeconfig(adminKubeconfig, ns, name string) (string, error) 
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
+// MetricsReaderNamespace and MetricsReaderName are the ServiceAccount that deploy/ binds to the
+// ClusterRole coffer-metrics-reader (deploy/core-controller/rbac): kube-prometheus's Prometheus.
+// Components scrapes metrics as it, so the shipped binding is what lets the harness in.
+const (
+	MetricsReaderNamespace = "monitoring"
+	MetricsReaderName      = "prometheus-k8s"
+)
+
+// ServiceAccountToken creates the ServiceAccount ns/name (and its namespace) unless it exists, and
+// returns a token the API server issues for it (TokenRequest), valid for a day.
+func ServiceAccountToken(ctx context.Context, adminKubeconfig, ns, name string) (string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", adminKubeconfig)
+	if err != nil {
+		return "", err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating namespace %s: %w", ns, err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	day := int64(24 * 60 * 60)
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &day}}
+	tr, err = cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, tr, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// scrapeClient trusts any certificate: the components' metrics endpoints serve a self-signed one.
+var scrapeClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+}}
+
+// Scrape GETs a metrics endpoint as Prometheus does, with token as the bearer token (none when
+// empty), and returns the response's status code and body.
+func Scrape(url, token string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
 // Spec is a component as deploy/ runs it: the module and binary, and the namespace of its
 // ServiceAccount (coffer-<module>) and leader-election Lease.
 type Spec struct {
 	Module, Binary, Namespace string
-	// Args are added to the flags every component takes (kubeconfig, leader election, metrics and
-	// probes off).
+	// Args are added to the flags every component takes (kubeconfig, leader election, metrics on a
+	// free loopback port, probes off).
 	Args []string
 }
 
@@ -163,28 +231,28 @@ type Spec struct {
 type Component struct {
 	Spec
 	*Process
-	// MetricsURL is the component's Prometheus endpoint (plain HTTP on loopback).
-	MetricsURL      string
+	// MetricsURL is the component's Prometheus endpoint: HTTPS on loopback with a self-signed
+	// certificate, answering only bearer tokens allowed to get /metrics, as deploy/ runs it.
+	MetricsURL string
+	// MetricsToken is the bearer token Metrics sends: the metrics reader's (MetricsReaderName).
+	MetricsToken    string
 	bin, kubeconfig string
 	metricsAddr     string
 }
 
-// Metrics scrapes the component's metrics endpoint.
+// Metrics scrapes the component's metrics endpoint as the metrics reader.
 func (c *Component) Metrics() (string, error) {
-	resp, err := http.Get(c.MetricsURL)
-	if err != nil {
-		return "", err
+	code, body, err := Scrape(c.MetricsURL, c.MetricsToken)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET %s: %d %s: %s", c.MetricsURL, code, http.StatusText(code), strings.TrimSpace(body))
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", c.MetricsURL, resp.Status)
-	}
-	return string(b), err
+	return body, err
 }
 
 // Launch builds a component into binDir (unless it is there already) and starts it authenticated
-// as its ServiceAccount.
+// as its ServiceAccount. Its metrics are scraped with a token of the metrics reader, whose
+// ServiceAccount Launch creates: the cluster must have deploy/core-controller's RBAC installed
+// (manifests.InstallNodeless) for the scrape to be allowed.
 func Launch(root, binDir, adminKubeconfig string, s Spec) (*Component, error) {
 	bin := filepath.Join(binDir, s.Binary)
 	if _, err := os.Stat(bin); err != nil {
@@ -200,8 +268,14 @@ func Launch(root, binDir, adminKubeconfig string, s Spec) (*Component, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Component{Spec: s, bin: bin, kubeconfig: kc, metricsAddr: "127.0.0.1:" + strconv.Itoa(port)}
-	c.MetricsURL = "http://" + c.metricsAddr + "/metrics"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	token, err := ServiceAccountToken(ctx, adminKubeconfig, MetricsReaderNamespace, MetricsReaderName)
+	if err != nil {
+		return nil, err
+	}
+	c := &Component{Spec: s, bin: bin, kubeconfig: kc, metricsAddr: "127.0.0.1:" + strconv.Itoa(port), MetricsToken: token}
+	c.MetricsURL = "https://" + c.metricsAddr + "/metrics"
 	return c, c.Restart()
 }
 
