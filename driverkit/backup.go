@@ -86,10 +86,14 @@ func (k *Kit[S]) deletionFailing(ctx context.Context, b *backupsv1.Backup, err e
 		if rerr := k.release(ctx, b); rerr != nil {
 			return reconcile.Result{}, rerr
 		}
-		msg := fmt.Sprintf("namespace %s is being deleted and the artifact %s could not be deleted from it (%v); the artifact is left in storage: delete it there if it is not wanted",
-			b.Namespace, artifactURI(b), err)
+		msg := fmt.Sprintf("namespace %s is being deleted and the artifact %s of Backup %s could not be deleted from it (%v); the artifact is left in storage: delete it there if it is not wanted",
+			b.Namespace, artifactURI(b), b.Name, err)
 		ctrl.LoggerFrom(ctx).Info("Released Backup of a terminating namespace; artifact kept", "artifact", artifactURI(b), "error", err.Error())
-		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "ArtifactKept", "Delete", "%s", msg)
+		// The API server refuses new objects, events too, in a namespace being deleted, and would
+		// delete them with it: the warning regards the Namespace (cluster-scoped, so it is kept in
+		// namespace default), the Backup being its related object.
+		namespace := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: b.Namespace}}
+		k.Recorder.Eventf(namespace, b, corev1.EventTypeWarning, "ArtifactKept", "Delete", "%s", msg)
 		return reconcile.Result{}, nil
 	}
 	orig := b.DeepCopy()

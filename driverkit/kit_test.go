@@ -236,6 +236,7 @@ func TestABackupDeletedMidRestoreFailsTheRestore(t *testing.T) {
 			assert.Equal(t, backupsv1.ReasonBackupNotFound, ready.Reason, "RJ-8")
 			assert.Equal(t, rj.Generation, ready.ObservedGeneration)
 			assert.Contains(t, rj.Status.Message, b.Name)
+			assert.Contains(t, rj.Status.Message, "create a RestoreJob of another Backup", "the message says what to do (GEN-4)")
 			assert.NotNil(t, rj.Status.CompletedAt)
 			assert.Len(t, f.driver.restores, 1, "the driver is not asked to go on")
 		})
@@ -405,6 +406,7 @@ func TestArtifactDeletion(t *testing.T) {
 
 	t.Run("a namespace being deleted releases the Backup and keeps the artifact", func(t *testing.T) {
 		f := newFixture(t)
+		f.events.Verbose = true // the events name the object they regard
 		var seen error
 		// The deletion needs an object in the Backup's namespace (as a cleanup Job would), which a
 		// namespace being deleted refuses.
@@ -437,6 +439,10 @@ func TestArtifactDeletion(t *testing.T) {
 		}
 		require.Len(t, kept, 1, "an ArtifactKept warning")
 		assert.Contains(t, kept[0], artifact.URI, "it names the artifact left in storage")
+		assert.Contains(t, kept[0], "Backup "+b.Name, "and the Backup")
+		// An event regarding the Backup would be refused in its terminating namespace (and deleted
+		// with it): this one regards the Namespace, cluster-scoped, and outlives it.
+		assert.Contains(t, kept[0], "{kind=Namespace,apiVersion=v1}", "the warning regards the Namespace")
 	})
 }
 

@@ -86,10 +86,10 @@ func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Res
 	switch {
 	case b == nil:
 		return reconcile.Result{}, Failf(backupsv1.ReasonBackupNotFound,
-			"Backup %s was deleted while the restore ran (retention or a user); the restore did not complete", s.rj.Spec.BackupRef.Name)
+			"Backup %s was deleted while the restore ran (retention or a user); the restore did not complete: create a RestoreJob of another Backup", s.rj.Spec.BackupRef.Name)
 	case !b.DeletionTimestamp.IsZero():
 		return reconcile.Result{}, Failf(backupsv1.ReasonBackupNotFound,
-			"Backup %s is being deleted and its artifact with it; the restore did not complete", b.Name)
+			"Backup %s is being deleted and its artifact with it; the restore did not complete: create a RestoreJob of another Backup", b.Name)
 	case b.Status.Phase != backupsv1.BackupReady || b.Status.Artifact == nil:
 		return reconcile.Result{}, Failf(backupsv1.ReasonArtifactMissing, "Backup %s is %q and has no artifact to restore", b.Name, b.Status.Phase)
 	}

@@ -2,8 +2,11 @@
 
 // Package jobdriver proves the Job driver on a real node: real batch/v1 Jobs, scheduled by
 // kube-scheduler, run by kubelet and containerd, execute coffer-agent (our image, built from its
-// static binary) against MinIO; driver-job runs as a process under its shipped RBAC. It needs
-// root (see e2e/harness/node) and is part of `make e2e`.
+// static binary) against MinIO; driver-job runs as a process under its shipped RBAC. Besides the
+// lifecycle and the conformance suite, a namespace holding a Backup is deleted: it goes at once,
+// the cleanup Job it can no longer hold is not needed, and the artifact is kept and said so in an
+// ArtifactKept warning that outlives the namespace (contract BK-7). It needs root (see
+// e2e/harness/node) and is part of `make e2e`.
 package jobdriver
 
 import (
@@ -17,6 +20,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +28,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -65,6 +70,7 @@ func TestJobDriverOnARealNode(t *testing.T) {
 	e := start(t, ctx)
 
 	t.Run("backup, loss, restore, corrupted artifact, deletion", e.lifecycle)
+	t.Run("a namespace holding a Backup is deleted: it goes, the artifact is kept and said so", e.namespaceDeleted)
 	t.Run("conformance", func(t *testing.T) {
 		conformance.Run(t, conformance.Config{
 			Client:           e.cl,
@@ -332,4 +338,64 @@ func (e *env) lifecycle(t *testing.T) {
 	_, err = e.s3.S3.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
 	require.Error(t, err)
 	assert.Equal(t, "NoSuchKey", minio.ToErrorResponse(err).Code, "the artifact is gone")
+}
+
+// namespaceDeleted deletes a namespace that holds a Ready Backup (with the cleanup finalizer). Its
+// cleanup Job cannot be created in a namespace being deleted, so the driver releases the Backup
+// and leaves the artifact in storage, saying so in the log and in an ArtifactKept Warning event
+// that outlives the namespace (contract BK-7): the namespace never hangs on the finalizer.
+func (e *env) namespaceDeleted(t *testing.T) {
+	ctx := e.ctx
+	ns, err := e.n.Cluster.Namespace(ctx, "doomed")
+	require.NoError(t, err)
+	require.NoError(t, e.cl.Create(ctx, e.credentials(ns)))
+	strat := e.strategy("")
+	require.NoError(t, e.cl.Create(ctx, strat))
+	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
+		Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
+		Parameters:  e.params(),
+	}}}}
+	require.NoError(t, e.cl.Create(ctx, class))
+	e.application(t, ns, "shop")
+	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: "before-deletion", Namespace: ns},
+		Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: class.Name}}
+	require.NoError(t, e.cl.Create(ctx, bj))
+	e.wait(t, "the BackupJob", bj, bj.IsTerminal)
+	require.Equal(t, backupsv1.BackupJobSucceeded, bj.Status.Phase, bj.Status.Message)
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: ns}}
+	e.wait(t, "the Backup", b, func() bool { return b.Status.Phase == backupsv1.BackupReady })
+	require.Equal(t, []string{"jobdriver.backups.cozystack.io/cleanup"}, b.Finalizers)
+	uri := b.Status.Artifact.URI
+	key := strings.TrimPrefix(uri, "s3://"+bucket+"/")
+
+	start := time.Now()
+	require.NoError(t, e.cl.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	const bound = 2 * time.Minute
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, bound, true, func(ctx context.Context) (bool, error) {
+		err := e.cl.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	require.NoError(t, err, "the namespace is deleted within %s, its Backup's finalizer released\n%s", bound, e.driver.Tail())
+	t.Logf("namespace %s gone %s after its deletion", ns, time.Since(start).Round(100*time.Millisecond))
+
+	_, err = e.s3.S3.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
+	assert.NoError(t, err, "the artifact is left in storage")
+	assert.Contains(t, e.driver.Log.String(), "artifact kept", "the driver's log says the artifact was kept")
+	var kept []string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list := &eventsv1.EventList{}
+		if err := e.cl.List(ctx, list); err != nil {
+			return false, err
+		}
+		kept = nil
+		for _, ev := range list.Items {
+			if ev.Reason == "ArtifactKept" && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Note, uri) {
+				kept = append(kept, ev.Namespace+": "+ev.Note)
+			}
+		}
+		return len(kept) > 0, nil
+	})
+	assert.NoError(t, err, "an ArtifactKept Warning event naming %s outlives the namespace", uri)
+	t.Logf("ArtifactKept: %v", kept)
 }

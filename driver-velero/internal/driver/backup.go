@@ -45,7 +45,7 @@ func (d *Driver) Backup(ctx context.Context, run *driverkit.BackupRun[Strategy])
 			"velero backup %s/%s failed validation: %s", vb.Namespace, vb.Name, orUnknown(strings.Join(vb.Status.ValidationErrors, "; ")))
 	}
 	// Velero Backup changes wake the run through the watch.
-	return driverkit.BackupOutcome{Waiting: fmt.Sprintf("velero backup %s/%s is still %s", vb.Namespace, vb.Name, orUnknown(string(vb.Status.Phase)))}, nil
+	return driverkit.BackupOutcome{Waiting: waitingFor("backup", vb.Namespace, vb.Name, string(vb.Status.Phase))}, nil
 }
 
 // ensureVeleroBackup finds the run's velero.io Backup or creates it from the rendered template.

@@ -17,7 +17,7 @@ package driver
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=velerodriver.backups.cozystack.io,resources=velerobackupstrategies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=velero.io,resources=backups;restores;downloadrequests;deletebackuprequests,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=velero.io,resources=downloadrequests;deletebackuprequests,verbs=delete
+// +kubebuilder:rbac:groups=velero.io,resources=downloadrequests;deletebackuprequests;backups;restores,verbs=delete
 // +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=patch
 // +kubebuilder:rbac:groups=velero.io,resources=backupstoragelocations,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get

@@ -52,7 +52,7 @@ func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy
 		return driverkit.RestoreOutcome{}, driverkit.Failf(backupsv1.ReasonFailed,
 			"velero restore %s/%s failed validation: %s", vr.Namespace, vr.Name, orUnknown(strings.Join(vr.Status.ValidationErrors, "; ")))
 	}
-	return driverkit.RestoreOutcome{Waiting: fmt.Sprintf("velero restore %s/%s is still %s", vr.Namespace, vr.Name, orUnknown(string(vr.Status.Phase)))}, nil
+	return driverkit.RestoreOutcome{Waiting: waitingFor("restore", vr.Namespace, vr.Name, string(vr.Status.Phase))}, nil
 }
 
 // ensureRestore finds the run's velero.io Restore or creates it. The restore is confined to the
@@ -60,6 +60,9 @@ func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy
 // a different target is an exact namespaceMapping, and cluster-scoped resources are excluded.
 func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[Strategy]) (*velerov1.Restore, error) {
 	rj, backup, strat := run.RestoreJob, run.Backup, run.Strategy
+	if err := sameApplication(rj, backup); err != nil {
+		return nil, err
+	}
 	veleroNS := backup.Spec.DriverMetadata[names.MetaNamespace]
 	veleroBackup := backup.Spec.DriverMetadata[names.MetaBackupName]
 	if veleroNS == "" || veleroBackup == "" {
@@ -81,10 +84,7 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 
 	source := backup.Namespace
 	target := rj.TargetNamespace()
-	app := backup.Spec.ApplicationRef
-	if rj.Spec.TargetApplicationRef != nil {
-		app = *rj.Spec.TargetApplicationRef
-	}
+	app := backup.Spec.ApplicationRef // the target application too: sameApplication refused any other
 	if target != source && rj.Spec.Options[OptionAllowExistingTarget] != "true" {
 		_, err := driverkit.Application(ctx, d.Client, target, app)
 		if err == nil {
@@ -136,6 +136,20 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	d.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "VeleroRestoreCreated", "Restore",
 		"Created velero restore %s of backup %s from namespace %s into %s", key, veleroBackup, source, target)
 	return vr, nil
+}
+
+// sameApplication refuses a restore whose targetApplicationRef names another application than the
+// Backup's (contract RJ-11). A Velero backup holds the objects of the application it was taken of,
+// under their names: restored, they are that application again, whatever the RestoreJob calls its
+// target.
+func sameApplication(rj *backupsv1.RestoreJob, backup *backupsv1.Backup) error {
+	t, src := rj.Spec.TargetApplicationRef, backup.Spec.ApplicationRef
+	if t == nil || backupsv1.ApplicationAPIGroup(*t) == backupsv1.ApplicationAPIGroup(src) && t.Kind == src.Kind && t.Name == src.Name {
+		return nil
+	}
+	return driverkit.Failf(backupsv1.ReasonTargetApplicationUnsupported,
+		"the Velero driver restores a Backup only into the application it was taken of (%s %s), in its own namespace or, with spec.options.%s, under the same name in another namespace; it cannot restore into %s %s and restored nothing: create a RestoreJob without targetApplicationRef",
+		src.Kind, src.Name, OptionTargetNamespace, t.Kind, t.Name)
 }
 
 // restoredItems counts the restore's items by what Velero did with them (its RestoreResourceList),

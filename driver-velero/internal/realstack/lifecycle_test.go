@@ -184,6 +184,41 @@ func TestBackupDeleteRestore(t *testing.T) {
 		assert.Contains(t, again.Status.Message, "namespace "+targetNS+" already holds Shop shop")
 	})
 
+	t.Run("a restore into another application is refused before anything is created", func(t *testing.T) {
+		sourceVersions := versions(t, managedNS)
+		for name, target := range map[string]corev1.TypedLocalObjectReference{
+			"other-name":  {Kind: "Shop", Name: "shop-2"},
+			"other-kind":  {Kind: "Store", Name: "shop"},
+			"other-group": {APIGroup: ptr("shops.example.com"), Kind: "Shop", Name: "shop"},
+		} {
+			rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: managedNS},
+				Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"}, TargetApplicationRef: &target}}
+			require.NoError(t, cl.Create(ctx, rj))
+			waitFor(t, "the refused restore "+name, time.Minute, func(ctx context.Context) (bool, error) {
+				return rj.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(rj), rj)
+			})
+			require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase, name)
+			ready := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
+			require.NotNil(t, ready)
+			assert.Equal(t, backupsv1.ReasonTargetApplicationUnsupported, ready.Reason, name)
+			assert.Contains(t, rj.Status.Message, "restores a Backup only into the application it was taken of (Shop shop)", name)
+			assert.Contains(t, rj.Status.Message, "create a RestoreJob without targetApplicationRef", name)
+			err := cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroRestore(rj)}, &velerov1.Restore{})
+			assert.True(t, apierrors.IsNotFound(err), "%s: no Velero restore was created: %v", name, err)
+		}
+		assert.Equal(t, sourceVersions, versions(t, managedNS), "nothing was restored")
+
+		// Naming the Backup's own application, its group spelled out, is an in-place restore.
+		same := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "same-application", Namespace: managedNS},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"},
+				TargetApplicationRef: &corev1.TypedLocalObjectReference{APIGroup: ptr("apps.cozystack.io"), Kind: "Shop", Name: "shop"}}}
+		require.NoError(t, cl.Create(ctx, same))
+		waitFor(t, "the restore into the same application", 3*time.Minute, func(ctx context.Context) (bool, error) {
+			return same.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(same), same)
+		})
+		require.Equal(t, backupsv1.RestoreJobSucceeded, same.Status.Phase, same.Status.Message)
+	})
+
 	t.Run("deleting the Backup deletes the Velero backup and its data", func(t *testing.T) {
 		require.NoError(t, cl.Delete(ctx, b))
 		waitFor(t, "the Backup to be released", 3*time.Minute, func(ctx context.Context) (bool, error) {

@@ -1,18 +1,31 @@
 // Package velerostack runs a real Velero server (out of cluster, with its AWS object-store plugin)
 // and a real MinIO S3 store on loopback against a local cluster. The binaries are built from
-// source by `hack/testbin.sh --velero` and found through COFFER_VELERO_ASSETS.
+// source by `hack/testbin.sh --velero` and found through COFFER_VELERO_ASSETS. Fault tests stop
+// and start either process on the same address and data (StopMinIO, StartMinIOAgain, StopVelero,
+// StartVelero) and switch MinIO to TLS from its own CA (ServeTLS).
 package velerostack
 
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +36,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,8 +67,19 @@ type Stack struct {
 	// S3 is a client of the bucket, for tests that check what is stored.
 	S3 *minio.Client
 
+	// CACert is the PEM certificate of the CA that signed MinIO's serving certificate while MinIO
+	// serves TLS (see ServeTLS), else nil.
+	CACert []byte
+
 	minio, velero *components.Process
 	lock          *hostLock
+	// What StartMinIOAgain and StartVelero need to run the same processes again.
+	assets, dir   string
+	minioArgs     []string
+	veleroEnv     []string
+	veleroArgs    []string
+	veleroMetrics string        // host:port of the Velero server's metrics
+	cl            client.Client // nil for a MinIO-only stack
 }
 
 // Assets returns the directory of the stack's binaries or an error saying how to build them.
@@ -120,28 +145,16 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 	}
 	metricsPort, _ := cluster.FreePort()
 	profilerPort, _ := cluster.FreePort()
-	s.velero, err = components.StartWithEnv(filepath.Join(assets, "velero"),
-		[]string{"TMPDIR=" + filepath.Join(dir, "tmp"), "HOME=" + filepath.Join(dir, "home"), "PATH=" + os.Getenv("PATH"), "AWS_SHARED_CREDENTIALS_FILE=" + credsFile},
-		"server", "--kubeconfig="+c.Kubeconfig, "--namespace="+Namespace, "--plugin-dir="+filepath.Join(dir, "plugins"),
-		"--metrics-address=127.0.0.1:"+strconv.Itoa(metricsPort), "--profiler-address=127.0.0.1:"+strconv.Itoa(profilerPort),
-		"--store-validation-frequency=10s", "--log-level=info")
-	if err != nil {
-		return nil, fmt.Errorf("starting velero server: %w", err)
+	s.cl = cl
+	s.veleroMetrics = "127.0.0.1:" + strconv.Itoa(metricsPort)
+	s.veleroEnv = []string{"TMPDIR=" + filepath.Join(dir, "tmp"), "HOME=" + filepath.Join(dir, "home"), "PATH=" + os.Getenv("PATH"), "AWS_SHARED_CREDENTIALS_FILE=" + credsFile}
+	s.veleroArgs = []string{"server", "--kubeconfig=" + c.Kubeconfig, "--namespace=" + Namespace, "--plugin-dir=" + filepath.Join(dir, "plugins"),
+		"--metrics-address=" + s.veleroMetrics, "--profiler-address=127.0.0.1:" + strconv.Itoa(profilerPort),
+		"--store-validation-frequency=10s", "--log-level=info"}
+	if err := s.startVelero(); err != nil {
+		return nil, err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if s.velero.Exited() {
-			return false, fmt.Errorf("velero server exited: %s", s.velero.Tail())
-		}
-		bsl := &unstructured.Unstructured{}
-		bsl.SetAPIVersion("velero.io/v1")
-		bsl.SetKind("BackupStorageLocation")
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: BSLName}, bsl); err != nil {
-			return false, err
-		}
-		phase, _, _ := unstructured.NestedString(bsl.Object, "status", "phase")
-		return phase == "Available", nil
-	})
-	if err != nil {
+	if err := s.waitValidated(ctx, time.Time{}, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("waiting for the BackupStorageLocation to become Available: %w", err)
 	}
 	return s, nil
@@ -156,19 +169,37 @@ func (s *Stack) startMinIO(ctx context.Context, assets, dir, host string) error 
 	if err != nil {
 		return err
 	}
+	s.assets, s.dir = assets, dir
 	s.S3Endpoint = net.JoinHostPort(host, strconv.Itoa(port))
-	s.minio, err = components.StartWithEnv(filepath.Join(assets, "minio"),
+	s.minioArgs = []string{"server", filepath.Join(dir, "minio"), "--address", s.S3Endpoint, "--console-address", net.JoinHostPort(host, strconv.Itoa(console)), "--quiet"}
+	return s.runMinIO(ctx)
+}
+
+// runMinIO starts MinIO with the stack's arguments (serving TLS once ServeTLS has made a
+// certificate) and waits until it answers.
+func (s *Stack) runMinIO(ctx context.Context) error {
+	args := s.minioArgs
+	if s.CACert != nil {
+		args = append(slices.Clone(args), "--certs-dir", s.certsDir())
+	}
+	var err error
+	s.minio, err = components.StartWithEnv(filepath.Join(s.assets, "minio"),
 		[]string{"MINIO_ROOT_USER=" + AccessKey, "MINIO_ROOT_PASSWORD=" + SecretKey, "MINIO_UPDATE=off", "MINIO_BROWSER=off",
-			"HOME=" + filepath.Join(dir, "home")},
-		"server", filepath.Join(dir, "minio"), "--address", s.S3Endpoint, "--console-address", net.JoinHostPort(host, strconv.Itoa(console)), "--quiet")
+			"HOME=" + filepath.Join(s.dir, "home")}, args...)
 	if err != nil {
 		return fmt.Errorf("starting minio: %w", err)
 	}
+	health, err := s.transport()
+	if err != nil {
+		return err
+	}
+	defer health.CloseIdleConnections()
+	hc := &http.Client{Transport: health, Timeout: 5 * time.Second}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		if s.minio.Exited() {
 			return false, fmt.Errorf("minio exited: %s", s.minio.Tail())
 		}
-		resp, err := http.Get("http://" + s.S3Endpoint + "/minio/health/live")
+		resp, err := hc.Get(s.S3URL() + "/minio/health/live")
 		if err != nil {
 			return false, nil
 		}
@@ -178,8 +209,237 @@ func (s *Stack) startMinIO(ctx context.Context, assets, dir, host string) error 
 	if err != nil {
 		return fmt.Errorf("waiting for minio: %w", err)
 	}
-	s.S3, err = minio.New(s.S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, "")})
+	opts := &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, "")}
+	if s.CACert != nil {
+		if opts.Transport, err = s.transport(); err != nil {
+			return err
+		}
+		opts.Secure = true
+	}
+	s.S3, err = minio.New(s.S3Endpoint, opts)
 	return err
+}
+
+// S3URL is MinIO's base URL: http://<S3Endpoint>, or https:// while it serves TLS.
+func (s *Stack) S3URL() string {
+	if s.CACert != nil {
+		return "https://" + s.S3Endpoint
+	}
+	return "http://" + s.S3Endpoint
+}
+
+// transport is an HTTP transport for MinIO that trusts CACert.
+func (s *Stack) transport() (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if s.CACert != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(s.CACert) {
+			return nil, errors.New("velerostack: the CA certificate is not PEM")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return tr, nil
+}
+
+func (s *Stack) certsDir() string { return filepath.Join(s.dir, "certs") }
+
+// StopMinIO stops MinIO, as an object store outage would; its address and data stay, for
+// StartMinIOAgain.
+func (s *Stack) StopMinIO() {
+	if s.minio != nil {
+		s.minio.Stop(5 * time.Second)
+	}
+}
+
+// StartMinIOAgain starts MinIO again after StopMinIO, on the same address and data directory
+// (serving TLS if it did), and returns once it answers. Velero notices at its next validation of
+// the storage location (WaitStorageValidated).
+func (s *Stack) StartMinIOAgain(ctx context.Context) error {
+	if s.minio != nil && !s.minio.Exited() {
+		return errors.New("velerostack: MinIO is running")
+	}
+	return s.runMinIO(ctx)
+}
+
+// ServeTLS restarts MinIO on its address and data directory serving HTTPS, with a serving
+// certificate (for its host address and localhost) signed by a new CA, whose certificate it
+// stores in CACert. MinIO reads public.crt and private.key from its --certs-dir, and trusts the
+// CAs in its CAs subdirectory. On a stack with Velero it also points the storage location at
+// https:// with the CA in spec.objectStorage.caCert, which Velero hands to the AWS plugin (so
+// Velero itself trusts MinIO) and which drivers use to trust the presigned URLs.
+func (s *Stack) ServeTLS(ctx context.Context) error {
+	host, _, err := net.SplitHostPort(s.S3Endpoint)
+	if err != nil {
+		return err
+	}
+	caPEM, certPEM, keyPEM, err := newServingCert(host)
+	if err != nil {
+		return err
+	}
+	dir := s.certsDir()
+	if err := os.MkdirAll(filepath.Join(dir, "CAs"), 0o700); err != nil {
+		return err
+	}
+	for name, b := range map[string][]byte{"public.crt": certPEM, "private.key": keyPEM, filepath.Join("CAs", "ca.crt"): caPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	s.StopMinIO()
+	s.CACert = caPEM
+	if err := s.runMinIO(ctx); err != nil {
+		return err
+	}
+	if s.cl == nil {
+		return nil
+	}
+	bsl := &unstructured.Unstructured{}
+	bsl.SetAPIVersion("velero.io/v1")
+	bsl.SetKind("BackupStorageLocation")
+	bsl.SetNamespace(Namespace)
+	bsl.SetName(BSLName)
+	patch := fmt.Sprintf(`{"spec":{"config":{"s3Url":%q},"objectStorage":{"caCert":%q}}}`, s.S3URL(), base64.StdEncoding.EncodeToString(caPEM))
+	return s.cl.Patch(ctx, bsl, client.RawPatch(types.MergePatchType, []byte(patch)))
+}
+
+// newServingCert makes a CA and a serving certificate it signs for host (an IP address or a
+// name) and localhost, valid for a day; all PEM.
+func newServingCert(host string) (caPEM, certPEM, keyPEM []byte, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	now := time.Now()
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "coffer-test-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if ca, err = x509.ParseCertificate(caDER); err != nil {
+		return nil, nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "minio"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"localhost"},
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		leaf.IPAddresses = []net.IP{ip}
+	} else {
+		leaf.DNSNames = append(leaf.DNSNames, host)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// startVelero starts the Velero server with the stack's flags.
+func (s *Stack) startVelero() error {
+	var err error
+	if s.velero, err = components.StartWithEnv(filepath.Join(s.assets, "velero"), s.veleroEnv, s.veleroArgs...); err != nil {
+		return fmt.Errorf("starting velero server: %w", err)
+	}
+	return nil
+}
+
+// StopVelero stops the Velero server, as an outage of Velero would: its API objects stay, and
+// nothing processes them until StartVelero.
+func (s *Stack) StopVelero() {
+	if s.velero != nil {
+		s.velero.Stop(5 * time.Second)
+	}
+}
+
+// StartVelero starts the Velero server again after StopVelero, with the same flags, and returns
+// once it serves its metrics (its controllers start right after). Velero marks the backups and
+// restores it finds InProgress at start as Failed; those it never picked up it runs.
+func (s *Stack) StartVelero(ctx context.Context) error {
+	if s.cl == nil {
+		return errors.New("velerostack: a MinIO-only stack has no Velero server")
+	}
+	if s.velero != nil && !s.velero.Exited() {
+		return errors.New("velerostack: the Velero server is running")
+	}
+	if err := s.startVelero(); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if s.velero.Exited() {
+			return false, fmt.Errorf("velero server exited: %s", s.velero.Tail())
+		}
+		resp, err := hc.Get("http://" + s.veleroMetrics + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the velero server to serve: %w", err)
+	}
+	return nil
+}
+
+// WaitStorageValidated returns once Velero has validated the storage location after the call and
+// found it Available: after StartMinIOAgain or ServeTLS, before backups that need the store
+// (Velero fails the validation of a backup whose location is Unavailable). Velero validates
+// every 10 s here.
+func (s *Stack) WaitStorageValidated(ctx context.Context) error {
+	if s.cl == nil {
+		return errors.New("velerostack: a MinIO-only stack has no storage location")
+	}
+	return s.waitValidated(ctx, time.Now(), time.Minute)
+}
+
+// waitValidated waits until the storage location's status says Available with a validation
+// after since (stored to the second, so strictly after since's second).
+func (s *Stack) waitValidated(ctx context.Context, since time.Time, timeout time.Duration) error {
+	after := since.Truncate(time.Second)
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if s.velero.Exited() {
+			return false, fmt.Errorf("velero server exited: %s", s.velero.Tail())
+		}
+		bsl := &unstructured.Unstructured{}
+		bsl.SetAPIVersion("velero.io/v1")
+		bsl.SetKind("BackupStorageLocation")
+		if err := s.cl.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: BSLName}, bsl); err != nil {
+			return false, err
+		}
+		phase, _, _ := unstructured.NestedString(bsl.Object, "status", "phase")
+		validated, _, _ := unstructured.NestedString(bsl.Object, "status", "lastValidationTime")
+		last = phase + " at " + validated
+		if phase != "Available" {
+			return false, nil
+		}
+		if since.IsZero() {
+			return true, nil
+		}
+		t, err := time.Parse(time.RFC3339, validated)
+		return err == nil && t.After(after), nil
+	})
+	if err != nil {
+		return fmt.Errorf("storage location %s/%s last %s: %w", Namespace, BSLName, last, err)
+	}
+	return nil
 }
 
 // StartMinIO runs MinIO alone on loopback (state under dir), for tests that need only an S3 store.
