@@ -36,6 +36,29 @@ const (
 	// EnvParamPrefix prefixes one variable per BackupClass parameter: parameter "endpoint" becomes
 	// COFFER_PARAM_ENDPOINT (see ParamEnvName).
 	EnvParamPrefix = "COFFER_PARAM_"
+
+	// EnvCompressionLevel is the strategy's artifact.compressionLevel (backup only, when set):
+	// the zstd level, 0 for no compression.
+	EnvCompressionLevel = "COFFER_COMPRESSION_LEVEL"
+	// EnvEncryptionSecret names the strategy's artifact.encryption Secret (backup and restore,
+	// when set). It is a name, never a key: an agent that sees it must encrypt, and says which
+	// Secret to fix when a key is missing.
+	EnvEncryptionSecret = "COFFER_ENCRYPTION_SECRET"
+	// EnvAgeRecipients holds the age recipients (public keys) a backup encrypts to, from the
+	// Secret's key SecretKeyRecipients (backup only; set with secretKeyRef, never a value).
+	EnvAgeRecipients = "COFFER_AGE_RECIPIENTS"
+	// EnvAgeIdentities holds the age identities (private keys) a restore decrypts with, from the
+	// Secret's key SecretKeyIdentities (restore only; set with secretKeyRef, never a value).
+	EnvAgeIdentities = "COFFER_AGE_IDENTITIES"
+)
+
+// Keys of an encryption Secret (JobBackupStrategy spec.artifact.encryption.secretName).
+const (
+	// SecretKeyRecipients holds the age recipients of new backups, one per line.
+	SecretKeyRecipients = "recipients"
+	// SecretKeyIdentities holds the age identities of restores, one per line: the current key's
+	// and every older key some artifact was encrypted to.
+	SecretKeyIdentities = "identities"
 )
 
 // Modes of a Job, the value of EnvMode.
@@ -69,7 +92,22 @@ type ArtifactReport struct {
 	SizeBytes int64 `json:"sizeBytes"`
 	// Checksum is "sha256:" and 64 lower-case hex digits.
 	Checksum string `json:"checksum"`
+	// Metadata describes the artifact for people and tools (e.g. its format version, compression,
+	// uncompressed size, key reference). Optional; the driver copies it into the Backup's
+	// spec.driverMetadata with the prefix MetadataPrefix. Never secret.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
+
+// MetadataPrefix prefixes the report's metadata keys in a Backup's spec.driverMetadata.
+const MetadataPrefix = "artifact."
+
+// Bounds of a report's metadata.
+const (
+	MaxMetadataEntries     = 16
+	MaxMetadataValueLength = 256
+)
+
+var metadataKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 var checksumPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
@@ -113,6 +151,16 @@ func (r *ArtifactReport) Validate() error {
 		return fmt.Errorf("report field sizeBytes is negative (%d)", r.SizeBytes)
 	case !checksumPattern.MatchString(r.Checksum):
 		return fmt.Errorf("report field checksum %q is not sha256: followed by 64 lower-case hex digits", r.Checksum)
+	case len(r.Metadata) > MaxMetadataEntries:
+		return fmt.Errorf("report field metadata has %d entries, more than %d", len(r.Metadata), MaxMetadataEntries)
+	}
+	for k, v := range r.Metadata {
+		if !metadataKeyPattern.MatchString(k) {
+			return fmt.Errorf("report metadata key %q is not 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", k)
+		}
+		if len(v) > MaxMetadataValueLength {
+			return fmt.Errorf("report metadata %q is %d bytes, more than %d", k, len(v), MaxMetadataValueLength)
+		}
 	}
 	return nil
 }

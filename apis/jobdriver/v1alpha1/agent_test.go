@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -23,6 +24,10 @@ func TestParseArtifactReport(t *testing.T) {
 		{"short checksum", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"sha256:abc"}`, "checksum"},
 		{"md5", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"md5:` + strings.Repeat("a", 32) + `"}`, "checksum"},
 		{"too long", `{"uri":"s3://b/` + strings.Repeat("k", MaxReportBytes) + `","sizeBytes":1,"checksum":"` + sum + `"}`, "more than"},
+		{"metadata", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"` + sum + `","metadata":{"format":"2","uncompressedBytes":"10"}}`, ""},
+		{"metadata key", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"` + sum + `","metadata":{"a/b":"x"}}`, "metadata key"},
+		{"metadata value", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"` + sum + `","metadata":{"a":"` + strings.Repeat("v", MaxMetadataValueLength+1) + `"}}`, "more than"},
+		{"metadata entries", `{"uri":"s3://b/k","sizeBytes":1,"checksum":"` + sum + `","metadata":{` + manyEntries(MaxMetadataEntries+1) + `}}`, "entries"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,4 +59,12 @@ func TestParamEnvName(t *testing.T) {
 			t.Errorf("ParamEnvName(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+func manyEntries(n int) string {
+	var parts []string
+	for i := range n {
+		parts = append(parts, fmt.Sprintf(`"k%d":"v"`, i))
+	}
+	return strings.Join(parts, ",")
 }

@@ -8,18 +8,31 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"unicode/utf8"
 
+	"filippo.io/age"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
-// DefaultPartSize is the part size of a backup's multipart upload. The agent holds one part in
-// memory at a time, so it bounds memory; with S3's 10,000 parts it bounds a backup to 156 GiB.
+// DefaultPartSize is the part size of a backup's multipart upload. With S3's 10,000 parts it bounds
+// a backup to 156 GiB (stored, that is compressed, bytes).
 const DefaultPartSize = 16 << 20
+
+// DefaultUploadThreads is how many parts a backup uploads at once. The agent holds that many part
+// buffers: 2 × 16 MiB keep one part filling while the other goes up, which is what two cores
+// shared with compression and hashing can use.
+const DefaultUploadThreads = 2
+
+// Compression levels, on zstd's scale.
+const (
+	DefaultCompressionLevel = 3
+	MaxCompressionLevel     = 22
+)
 
 // Agent runs backups, restores and cleanups against one S3 client.
 type Agent struct {
@@ -29,10 +42,34 @@ type Agent struct {
 	Log io.Writer
 	// PartSize is the part size of backup uploads; zero means DefaultPartSize.
 	PartSize uint64
+	// UploadThreads is how many parts go up at once; zero means DefaultUploadThreads.
+	UploadThreads int
+	// CodecThreads is how many goroutines compress or decompress; zero means GOMAXPROCS, at most 4.
+	CodecThreads int
+
+	// CompressionLevel is the zstd level of backups, 1 to MaxCompressionLevel; 0 means none.
+	CompressionLevel int
+	// Recipients, when set, encrypt backups with age; KeyRef names them in the header (see
+	// ParseRecipients).
+	Recipients []age.Recipient
+	KeyRef     string
+	// Identities decrypt encrypted artifacts on restore.
+	Identities *Identities
 
 	// afterVerify, when set, runs between the two passes of a restore; tests change the object
 	// there.
 	afterVerify func()
+}
+
+// maxCodecThreads caps the default of CodecThreads: each zstd goroutine holds its own window, so
+// memory must not grow with the node's cores.
+const maxCodecThreads = 4
+
+func (a *Agent) codecThreads() int {
+	if a.CodecThreads > 0 {
+		return a.CodecThreads
+	}
+	return min(runtime.GOMAXPROCS(0), maxCodecThreads)
 }
 
 // NewClient returns an S3 client of endpoint (see ParseEndpoint) with static credentials.
@@ -45,6 +82,8 @@ func NewClient(endpoint, region, accessKeyID, secretAccessKey string) (*minio.Cl
 		Creds:  credentials.NewStaticV4(accessKeyID, secretAccessKey, ""),
 		Secure: secure,
 		Region: region,
+		// Lets minio-go send each part's CRC32C, which the store checks.
+		TrailingHeaders: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("S3 client of %s: %w", endpoint, err)
@@ -96,7 +135,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a := &Agent{S3: s3, Log: stderr}
+	a := &Agent{S3: s3, Log: stderr, CompressionLevel: cfg.CompressionLevel, Recipients: cfg.Recipients, KeyRef: cfg.KeyRef, Identities: cfg.Identities}
 	if cfg.Application != "" {
 		a.logf("%s of %s for %s %s/%s", cfg.Mode, cfg.Application, cfg.RunKind, cfg.RunNamespace, cfg.RunName)
 	}

@@ -12,10 +12,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"filippo.io/age"
+	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
@@ -44,14 +47,23 @@ func ObjectKey(prefix, runName, runUID string) string {
 	return strings.Join(append(segments, runName+"-"+runUID+".tar"), "/")
 }
 
-// Backup streams dir as one tar to bucket/key and returns the artifact's report. It refuses to
-// replace an existing object. Nothing is stored unless the whole archive was uploaded: the object
-// appears when the multipart upload completes.
+// Backup streams dir as one artifact (docs/artifact-format.md: a header, then the tar, compressed
+// with zstd at a.CompressionLevel and encrypted with age to a.Recipients when set) to bucket/key
+// and returns the artifact's report. It refuses to replace an existing object. Nothing is stored
+// unless the whole archive was uploaded: the object appears when the multipart upload completes.
+//
+// Three stages overlap: the archiver (walk, tar, zstd, age) writes into a pipe; the upload reads
+// it, hashing and counting on the way, into part buffers; a.UploadThreads parts go up at once.
+// Memory is the part buffers and the codecs' windows, whatever the size of the tree.
 func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.ArtifactReport, error) {
 	uri := ArtifactURI(bucket, key)
 	root, err := realDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("the directory to back up: %w", err)
+	}
+	hdr, err := a.header()
+	if err != nil {
+		return nil, err
 	}
 	_, err = a.S3.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
 	switch {
@@ -61,21 +73,19 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		return nil, fmt.Errorf("checking whether %s exists: %w", uri, err)
 	}
 
-	a.logf("backing up %s to %s", dir, uri)
+	a.logf("backing up %s to %s (format %d, compression %s, encryption %s)", dir, uri, hdr.Version, a.compressionName(), a.encryptionName(hdr))
 	start := time.Now()
 	pr, pw := io.Pipe()
 	archived := make(chan error, 1)
+	var tarSize byteCounter
 	go func() {
-		err := writeTar(pw, root, a.logf)
+		err := a.writeArtifact(pw, root, hdr, &tarSize)
 		pw.CloseWithError(err) // nil: the upload reads io.EOF
 		archived <- err
 	}()
 	hash := sha256.New()
 	var size byteCounter
-	info, uploadErr := a.S3.PutObject(ctx, bucket, key, io.TeeReader(pr, io.MultiWriter(hash, &size)), -1, minio.PutObjectOptions{
-		ContentType: "application/x-tar",
-		PartSize:    a.partSize(),
-	})
+	info, uploadErr := a.S3.PutObject(ctx, bucket, key, io.TeeReader(pr, io.MultiWriter(hash, &size)), -1, a.putOptions())
 	pr.CloseWithError(errUploadEnded) // unblocks the archiver if the upload failed
 	if err := <-archived; err != nil && !errors.Is(err, errUploadEnded) {
 		return nil, fmt.Errorf("archiving %s: %w", dir, err)
@@ -87,10 +97,140 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		return nil, fmt.Errorf("uploading %s: the store took %d bytes of %d", uri, info.Size, size)
 	}
 	elapsed := time.Since(start)
-	a.logf("uploaded %d bytes in %s (%.1f MB/s)", size, elapsed.Round(time.Millisecond), float64(size)/1e6/elapsed.Seconds())
-	report := &jobv1.ArtifactReport{URI: uri, SizeBytes: int64(size), Checksum: "sha256:" + hex.EncodeToString(hash.Sum(nil))}
+	a.logf("uploaded %d bytes (a tar of %d bytes) in %s (%.1f MB/s of tar)", size, tarSize, elapsed.Round(time.Millisecond), float64(tarSize)/1e6/elapsed.Seconds())
+	report := &jobv1.ArtifactReport{
+		URI: uri, SizeBytes: int64(size), Checksum: "sha256:" + hex.EncodeToString(hash.Sum(nil)),
+		Metadata: map[string]string{
+			MetaFormat:            strconv.Itoa(int(hdr.Version)),
+			MetaCompression:       a.compressionName(),
+			MetaUncompressedBytes: strconv.FormatInt(int64(tarSize), 10),
+			MetaEncryption:        a.encryptionName(hdr),
+		},
+	}
+	if size > 0 {
+		report.Metadata[MetaCompressionRatio] = strconv.FormatFloat(float64(tarSize)/float64(size), 'f', 2, 64)
+	}
+	if hdr.KeyRef != "" {
+		report.Metadata[MetaKeyRef] = hdr.KeyRef
+	}
 	return report, report.Validate()
 }
+
+// Keys of a backup report's metadata (the Backup's driverMetadata, prefixed with "artifact.").
+const (
+	MetaFormat            = "format"
+	MetaCompression       = "compression"
+	MetaUncompressedBytes = "uncompressedBytes"
+	MetaCompressionRatio  = "compressionRatio"
+	MetaEncryption        = "encryption"
+	MetaKeyRef            = "keyRef"
+)
+
+// header is the header of the agent's next backup.
+func (a *Agent) header() (Header, error) {
+	h := Header{Version: FormatVersion}
+	if a.CompressionLevel < 0 || a.CompressionLevel > MaxCompressionLevel {
+		return h, fmt.Errorf("compression level %d is not 0 (none) to %d", a.CompressionLevel, MaxCompressionLevel)
+	}
+	if a.CompressionLevel > 0 {
+		h.Compression = CompressionZstd
+	}
+	if len(a.Recipients) > 0 {
+		h.Encryption, h.KeyRef = EncryptionAge, a.KeyRef
+	}
+	return h, h.check()
+}
+
+func (a *Agent) compressionName() string {
+	if a.CompressionLevel == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("zstd-%d", a.CompressionLevel)
+}
+
+func (a *Agent) encryptionName(h Header) string {
+	if h.Encryption == EncryptionAge {
+		return "age"
+	}
+	return "none"
+}
+
+// writeArtifact writes the header and the payload: the tar of root, through zstd, through age.
+// tarSize counts the tar's bytes.
+func (a *Agent) writeArtifact(w io.Writer, root string, h Header, tarSize *byteCounter) (err error) {
+	b, err := h.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	out := w
+	var closers []io.Closer // innermost last
+	if h.Encryption == EncryptionAge {
+		// age writes 64 KiB chunks; a buffer gives the pipe fewer, larger writes.
+		bw := bufio.NewWriterSize(out, 1<<20)
+		defer func() {
+			if ferr := bw.Flush(); err == nil {
+				err = ferr
+			}
+		}()
+		ew, err := age.Encrypt(bw, a.Recipients...)
+		if err != nil {
+			return fmt.Errorf("encrypting: %w", err)
+		}
+		out = ew
+		closers = append(closers, ew)
+	}
+	if h.Compression == CompressionZstd {
+		zw, err := zstd.NewWriter(out,
+			zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(a.CompressionLevel)),
+			zstd.WithEncoderConcurrency(a.codecThreads()))
+		if err != nil {
+			return fmt.Errorf("compressing: %w", err)
+		}
+		out = zw
+		closers = append(closers, zw)
+	}
+	closed := false
+	defer func() {
+		if !closed { // stops the encoders' goroutines; the stream is abandoned anyway
+			for i := len(closers) - 1; i >= 0; i-- {
+				_ = closers[i].Close()
+			}
+		}
+	}()
+	if err := writeTar(io.MultiWriter(out, tarSize), root, a.logf); err != nil {
+		return err
+	}
+	closed = true
+	for i := len(closers) - 1; i >= 0; i-- {
+		if err := closers[i].Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putOptions are the upload's: parts of a.PartSize, a.UploadThreads of them in flight. The
+// payload is not signed chunk by chunk (over plain HTTP minio-go would hash it a second time);
+// each part carries a CRC32C the store checks, and the agent's SHA-256 covers the whole object.
+func (a *Agent) putOptions() minio.PutObjectOptions {
+	threads := a.UploadThreads
+	if threads == 0 {
+		threads = DefaultUploadThreads
+	}
+	return minio.PutObjectOptions{
+		ContentType:           ContentType,
+		PartSize:              a.partSize(),
+		NumThreads:            uint(threads),
+		ConcurrentStreamParts: threads > 1,
+		DisableContentSha256:  true,
+	}
+}
+
+// ContentType is the artifacts' media type.
+const ContentType = "application/vnd.coffer.artifact"
 
 func (a *Agent) partSize() uint64 {
 	if a.PartSize == 0 {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"filippo.io/age"
+
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
@@ -60,6 +62,17 @@ type Config struct {
 	ArtifactURI       string
 	ArtifactChecksum  string
 	ArtifactSizeBytes int64
+
+	// CompressionLevel is the zstd level of a backup, 0 for none; compressionLevel is as given.
+	CompressionLevel int
+	compressionLevel string
+	// EncryptionSecret names the Secret of the keys, when the strategy asks for encryption.
+	EncryptionSecret string
+	// Recipients and KeyRef encrypt a backup (from COFFER_AGE_RECIPIENTS); Identities decrypt a
+	// restore (from COFFER_AGE_IDENTITIES). Keys come from the environment only, never flags.
+	Recipients []age.Recipient
+	KeyRef     string
+	Identities *Identities
 }
 
 // UsageError is a configuration error; the agent exits with code 2 on it.
@@ -87,6 +100,7 @@ func (c *Config) flags() []stringFlag {
 		{"bucket", jobv1.ParamEnvName("bucket"), "", "bucket receiving backups (restore and cleanup use the artifact URI's)", &c.Bucket},
 		{"prefix", jobv1.ParamEnvName("prefix"), "", "key prefix of backups; by default the run's namespace (" + jobv1.EnvRunNamespace + ")", &c.Prefix},
 		{"region", jobv1.ParamEnvName("region"), "", "bucket region (optional)", &c.Region},
+		{"compression-level", jobv1.EnvCompressionLevel, strconv.Itoa(DefaultCompressionLevel), "zstd level of a backup, 1 (fastest) to 22 (smallest); 0 stores the tar uncompressed", &c.compressionLevel},
 		{"termination-log", "", DefaultTerminationLog, "file receiving the report or the error; empty disables it", &c.TerminationLog},
 	}
 }
@@ -162,7 +176,49 @@ func ParseConfig(args []string, getenv func(string) string) (*Config, error) {
 		}
 		c.ArtifactSizeBytes = n
 	}
+	n, err := strconv.Atoi(strings.TrimSpace(c.compressionLevel))
+	if err != nil || n < 0 || n > MaxCompressionLevel {
+		return c, usageErrorf("compression level %q is not 0 (none) to %d", c.compressionLevel, MaxCompressionLevel)
+	}
+	c.CompressionLevel = n
+	if err := c.keys(getenv); err != nil {
+		return c, err
+	}
 	return c, c.validate()
+}
+
+// keys reads the age keys the mode needs from the environment. Errors never quote a key.
+func (c *Config) keys(getenv func(string) string) error {
+	c.EncryptionSecret = getenv(jobv1.EnvEncryptionSecret)
+	from := "the environment"
+	if c.EncryptionSecret != "" {
+		from = "Secret " + c.EncryptionSecret
+	}
+	switch c.Mode {
+	case jobv1.ModeBackup:
+		text := getenv(jobv1.EnvAgeRecipients)
+		if strings.TrimSpace(text) == "" {
+			if c.EncryptionSecret != "" {
+				return usageErrorf("the strategy encrypts backups with the keys of Secret %s, but %s is empty: give the Secret the key %q (age public keys, one per line)",
+					c.EncryptionSecret, jobv1.EnvAgeRecipients, jobv1.SecretKeyRecipients)
+			}
+			return nil
+		}
+		var err error
+		if c.Recipients, c.KeyRef, err = ParseRecipients(text); err != nil {
+			return usageErrorf("%s (from %s) is not a list of age recipients: %v", jobv1.EnvAgeRecipients, from, err)
+		}
+	case jobv1.ModeRestore:
+		text := getenv(jobv1.EnvAgeIdentities)
+		if strings.TrimSpace(text) == "" {
+			return nil // an unencrypted artifact needs none; an encrypted one fails before writing
+		}
+		var err error
+		if c.Identities, err = ParseIdentities(text); err != nil {
+			return usageErrorf("%s (from %s) is not a list of age identities: %v", jobv1.EnvAgeIdentities, from, err)
+		}
+	}
+	return nil
 }
 
 func (c *Config) validate() error {

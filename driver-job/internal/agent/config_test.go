@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -54,7 +55,7 @@ func TestParseConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := Config{Mode: c.Mode, Dir: c.Dir, Endpoint: c.Endpoint, Bucket: c.Bucket, Prefix: c.Prefix, Region: c.Region, TerminationLog: c.TerminationLog}
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
 			if c.AccessKeyID != "id" || c.SecretAccessKey != "secret" || c.RunName != "nightly" || c.RunUID != "1a2b3c4d-5e6f" || c.ArtifactSizeBytes != -1 {

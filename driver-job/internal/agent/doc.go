@@ -5,16 +5,21 @@
 //
 // Modes:
 //
-//   - backup walks a directory in lexical order and streams it as one tar to S3 with a multipart
-//     upload of unknown size, hashing it on the way. The object key is
-//     <prefix>/<run name>-<first 8 characters of the run UID>.tar; an existing object is never
-//     overwritten. The ArtifactReport (uri, sizeBytes, checksum) goes to the termination log and
-//     to stdout.
-//   - restore verifies the object's size and SHA-256 in a first pass that writes nothing, then
-//     extracts it into a staging directory inside the target directory while hashing it again, and
-//     finally moves each top-level entry of the backup into place, replacing an entry of the same
-//     name as a whole. Top-level entries of the directory that the backup does not contain are left
-//     alone.
+//   - backup walks a directory in lexical order and streams it as one artifact to S3: a versioned
+//     header, then the tar, compressed with zstd and, given age recipients, encrypted with age
+//     (format.go, docs/artifact-format.md). Parts of a multipart upload of unknown size go up in
+//     parallel while the next one fills, and the stored bytes are hashed on the way. The object
+//     key is <prefix>/<run name>-<first 8 characters of the run UID>.tar; an existing object is
+//     never overwritten. The ArtifactReport (uri, stored sizeBytes, checksum, and metadata: format,
+//     compression, uncompressed size, ratio, key reference) goes to the termination log and to
+//     stdout.
+//   - restore verifies the object's size and SHA-256 in a first pass that writes nothing, and
+//     checks there that it knows the format and that its identities open an encrypted artifact;
+//     then it decrypts, decompresses and extracts it into a staging directory inside the target
+//     directory while hashing it again, and finally moves each top-level entry of the backup into
+//     place, replacing an entry of the same name as a whole. Top-level entries of the directory
+//     that the backup does not contain are left alone. Artifacts of format version 1 (plain tars)
+//     restore too.
 //   - cleanup deletes the object; an object that is already gone is success.
 //
 // Tar entries are regular files, directories and symbolic links (stored as links, never followed),

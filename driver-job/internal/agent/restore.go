@@ -2,6 +2,8 @@ package agent
 
 import (
 	"archive/tar"
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 )
 
@@ -31,17 +34,19 @@ type Artifact struct {
 type RestoreStatus struct {
 	URI         string `json:"uri"`
 	SizeBytes   int64  `json:"sizeBytes"`
+	Format      int    `json:"format"`
 	Files       int64  `json:"files"`
 	Directories int64  `json:"directories"`
 	Symlinks    int64  `json:"symlinks"`
 }
 
 // Restore restores the artifact into dir in two passes. The first hashes the object and writes
-// nothing: a wrong size or checksum fails the restore with dir untouched. The second extracts the
-// object into a staging directory inside dir while hashing it again, and fails, removing the
-// staging directory, if the object changed in between. Then each top-level entry of the backup
-// replaces the entry of the same name in dir, as a whole; entries of dir the backup does not hold
-// are left alone.
+// nothing: a wrong size or checksum, an unknown format, or (for an encrypted artifact) a key that
+// does not open it fails the restore with dir untouched. The second decrypts, decompresses and
+// extracts the object into a staging directory inside dir while hashing it again, and fails,
+// removing the staging directory, if the object changed in between. Then each top-level entry of
+// the backup replaces the entry of the same name in dir, as a whole; entries of dir the backup
+// does not hold are left alone.
 func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*RestoreStatus, error) {
 	uri := ArtifactURI(art.Bucket, art.Key)
 	dir, err := realDir(dir)
@@ -61,13 +66,18 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	if err != nil {
 		return nil, err
 	}
-	_, err = io.CopyBuffer(discard, obj, make([]byte, 1<<20))
+	head := &prefix{max: maxPrefix}
+	_, err = io.CopyBuffer(head, obj, make([]byte, 1<<20))
 	obj.Close()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", uri, readError(err))
 	}
 	if sum := obj.sum(); sum != art.Checksum || obj.n != stat.Size {
 		return nil, fmt.Errorf("%s has checksum %s (%d bytes), expected %s; nothing was restored", uri, sum, obj.n, art.Checksum)
+	}
+	hdr, err := a.checkFormat(head.b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w; nothing was restored", uri, err)
 	}
 	if a.afterVerify != nil {
 		a.afterVerify()
@@ -90,8 +100,8 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	if err := os.Mkdir(data, 0o700); err != nil {
 		return nil, err
 	}
-	a.logf("extracting %s into %s", uri, dir)
-	status := &RestoreStatus{URI: uri, SizeBytes: stat.Size}
+	a.logf("extracting %s into %s (format %d, compression %s, encryption %s)", uri, dir, hdr.Version, hdr.Compression, hdr.Encryption)
+	status := &RestoreStatus{URI: uri, SizeBytes: stat.Size, Format: int(hdr.Version)}
 	if err := a.extract(ctx, art, stat.ETag, data, status); err != nil {
 		return nil, fmt.Errorf("extracting %s: %w; nothing was restored", uri, err)
 	}
@@ -100,6 +110,43 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	}
 	a.logf("restored %s: %d files, %d directories, %d symbolic links", uri, status.Files, status.Directories, status.Symlinks)
 	return status, nil
+}
+
+// maxPrefix is how much of an artifact the first pass keeps to check its headers: the agent's
+// header and age's (a few hundred bytes per recipient).
+const maxPrefix = 256 << 10
+
+// prefix is a writer that keeps the first max bytes written to it and discards the rest.
+type prefix struct {
+	b   []byte
+	max int
+}
+
+func (p *prefix) Write(b []byte) (int, error) {
+	if n := p.max - len(p.b); n > 0 {
+		p.b = append(p.b, b[:min(n, len(b))]...)
+	}
+	return len(b), nil
+}
+
+// checkFormat reads the header of a verified artifact from its first bytes and checks that the
+// agent can read it: a version and codecs it knows, and a key that opens it.
+func (a *Agent) checkFormat(head []byte) (Header, error) {
+	h, payload, err := ReadHeader(bytes.NewReader(head))
+	if err != nil {
+		return h, err
+	}
+	if h.Encryption == EncryptionNone {
+		if a.Identities != nil {
+			a.logf("the artifact is not encrypted (format %d)", h.Version)
+		}
+		return h, nil
+	}
+	rest, err := io.ReadAll(payload)
+	if err != nil {
+		return h, err
+	}
+	return h, a.Identities.checkKey(h, rest)
 }
 
 // extract is the second pass: it unpacks the object into data and checks it hashes as in the
@@ -116,8 +163,28 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 		return err
 	}
 	defer root.Close()
+	raw := bufio.NewReaderSize(obj, 1<<20)
+	h, payload, err := ReadHeader(raw)
+	if err != nil {
+		return fmt.Errorf("reading the artifact's header: %w", readError(err))
+	}
+	plain := payload
+	if h.Encryption == EncryptionAge {
+		if plain, err = a.Identities.decrypt(h, plain); err != nil {
+			return readError(err)
+		}
+	}
+	if h.Compression == CompressionZstd {
+		zr, err := zstd.NewReader(plain, zstd.WithDecoderConcurrency(a.codecThreads()), zstd.WithDecoderMaxWindow(maxWindow))
+		if err != nil {
+			return fmt.Errorf("decompressing: %w", err)
+		}
+		defer zr.Close()
+		plain = zr
+	}
+	plain = payloadReader{plain}
 	x := &extractor{root: root, warnf: a.logf, chown: os.Geteuid() == 0, kinds: map[string]kind{}, buf: make([]byte, 256<<10), status: status}
-	tr := tar.NewReader(obj)
+	tr := tar.NewReader(plain)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -130,8 +197,12 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 			return err
 		}
 	}
-	// The archive may be followed by padding, which the checksum covers.
-	if _, err := io.CopyBuffer(discard, obj, x.buf); err != nil {
+	// The archive may be followed by padding, which the checksum covers. Reading the payload to
+	// its end also checks zstd's frame checksums and age's final chunk.
+	if _, err := io.CopyBuffer(discard, plain, x.buf); err != nil {
+		return fmt.Errorf("reading the archive: %w", readError(err))
+	}
+	if _, err := io.CopyBuffer(discard, raw, x.buf); err != nil {
 		return fmt.Errorf("reading the archive: %w", readError(err))
 	}
 	if sum := obj.sum(); sum != art.Checksum {
@@ -139,6 +210,21 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 	}
 	return x.finish()
 }
+
+// payloadReader says that its errors are the artifact's, not the volume's: with a checksum that
+// matched, they mean an artifact damaged before its checksum was taken, or a wrong checksum.
+type payloadReader struct{ r io.Reader }
+
+func (p payloadReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("the artifact is damaged or truncated: %w", err)
+	}
+	return n, err
+}
+
+// maxWindow bounds the zstd window a restore accepts (the agent's encoder uses 8 MiB at most).
+const maxWindow = 128 << 20
 
 // hashedObject reads an object and hashes what it read. It is deliberately only a Reader: were it
 // an io.Seeker, tar.Reader would seek over data it skips, and the hash would miss it.

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -54,7 +55,7 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 	if err != nil {
 		return nil, err
 	}
-	env := jobs.Env(jobapi.ModeBackup, jr, run.Job.Spec.ApplicationRef, run.Resolved.Parameters)
+	env := append(jobs.Env(jobapi.ModeBackup, jr, run.Job.Spec.ApplicationRef, run.Resolved.Parameters), jobs.FormatEnv(run.Strategy, jobapi.ModeBackup)...)
 	j, err := jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, run.Strategy, pod, env)
 	if err != nil {
 		return nil, err
@@ -68,8 +69,14 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 // may be gone by now) and describes the Backup.
 func (d *Driver) result(run *driverkit.BackupRun[Strategy], j *batchv1.Job, out jobs.Outcome) (*driverkit.BackupResult, error) {
 	var artifact backupsv1.BackupArtifact
+	meta := map[string]string{names.MetaJobName: j.Name}
 	if run.Backup != nil && run.Backup.Status.Artifact != nil {
 		artifact = *run.Backup.Status.Artifact
+		for k, v := range run.Backup.Spec.DriverMetadata {
+			if strings.HasPrefix(k, jobapi.MetadataPrefix) {
+				meta[k] = v
+			}
+		}
 	} else {
 		report, err := jobapi.ParseArtifactReport(out.Report)
 		if err != nil {
@@ -80,8 +87,12 @@ func (d *Driver) result(run *driverkit.BackupRun[Strategy], j *batchv1.Job, out 
 			return nil, driverkit.Failf(backupsv1.ReasonArtifactReportInvalid, "%s reported no usable artifact: %v; a backup that cannot be located is not a backup", where, err)
 		}
 		artifact = backupsv1.BackupArtifact{URI: report.URI, SizeBytes: report.SizeBytes, Checksum: report.Checksum}
+		// The agent's description of its artifact (format, compression, uncompressed size, key
+		// reference): status.artifact.sizeBytes is the stored size, these say what it holds.
+		for k, v := range report.Metadata {
+			meta[jobapi.MetadataPrefix+k] = v
+		}
 	}
-	meta := map[string]string{names.MetaJobName: j.Name}
 	for k, v := range run.Resolved.Parameters {
 		meta[names.MetaParamPrefix+k] = v
 	}

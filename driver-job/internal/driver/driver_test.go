@@ -661,3 +661,72 @@ func drain(rec *events.FakeRecorder) []string {
 		}
 	}
 }
+
+// A strategy's artifact options reach the agents: the compression level a backup, the encryption
+// Secret's public keys a backup and its private keys a restore, each by secretKeyRef (the Job
+// holds no key); the agent's metadata lands in the Backup's driverMetadata.
+func TestArtifactOptions(t *testing.T) {
+	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) {
+		s.Artifact = &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](7), Encryption: &jobapi.ArtifactEncryption{SecretName: "backup-keys"}}
+		s.CleanupTemplate = ptr.To(agentTemplate())
+		s.Template.Spec.Containers[0].Env = append(s.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: jobapi.EnvAgeRecipients, Value: "age1spoofed"})
+	})
+	keyRef := func(c corev1.Container, name string) *corev1.SecretKeySelector {
+		for _, e := range c.Env {
+			if e.Name == name {
+				require.Empty(t, e.Value, "%s holds a value, not a reference", name)
+				require.NotNil(t, e.ValueFrom, name)
+				return e.ValueFrom.SecretKeyRef
+			}
+		}
+		return nil
+	}
+	bj := f.backupJob()
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	j := f.onlyJob()
+	c := j.Spec.Template.Spec.Containers[0]
+	e := env(c)
+	require.Equal(t, "7", e[jobapi.EnvCompressionLevel])
+	require.Equal(t, "backup-keys", e[jobapi.EnvEncryptionSecret])
+	require.Equal(t, &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "backup-keys"}, Key: jobapi.SecretKeyRecipients, Optional: ptr.To(true)},
+		keyRef(c, jobapi.EnvAgeRecipients), "the template cannot replace the strategy's keys")
+	require.Nil(t, keyRef(c, jobapi.EnvAgeIdentities), "a backup never sees the private keys")
+
+	report := `{"uri":"s3://coffer/` + f.ns + `/a.tar","sizeBytes":4096,"checksum":"` + goodSum + `","metadata":{"format":"2","compression":"zstd-7","uncompressedBytes":"16384","compressionRatio":"4.00","encryption":"age","keyRef":"0123456789abcdef"}}`
+	f.finish(j, 0, report, "")
+	reconcileOnce(t, f.backupReconciler(cl), bj)
+	require.Equal(t, backupsv1.BackupJobSucceeded, get(t, bj).Status.Phase, get(t, bj).Status.Message)
+	b := get(t, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: f.ns}})
+	require.Equal(t, int64(4096), b.Status.Artifact.SizeBytes, "sizeBytes is the stored size")
+	require.Equal(t, "16384", b.Spec.DriverMetadata["artifact.uncompressedBytes"])
+	require.Equal(t, "4.00", b.Spec.DriverMetadata["artifact.compressionRatio"])
+	require.Equal(t, "0123456789abcdef", b.Spec.DriverMetadata["artifact.keyRef"])
+	require.Equal(t, "2", b.Spec.DriverMetadata["artifact.format"])
+
+	rj := f.restoreJob(b, nil)
+	reconcileOnce(t, f.restoreReconciler(), rj)
+	rc := f.jobsOf(names.KindRestoreJob)[0].Spec.Template.Spec.Containers[0]
+	require.Equal(t, &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "backup-keys"}, Key: jobapi.SecretKeyIdentities, Optional: ptr.To(true)},
+		keyRef(rc, jobapi.EnvAgeIdentities))
+	require.Equal(t, "age1spoofed", env(rc)[jobapi.EnvAgeRecipients], "a restore gets no public keys from the driver")
+	require.NotContains(t, env(rc), jobapi.EnvCompressionLevel)
+	require.Equal(t, "backup-keys", env(rc)[jobapi.EnvEncryptionSecret])
+}
+
+// The API server validates the artifact options (CEL).
+func TestArtifactOptionsValidation(t *testing.T) {
+	for name, a := range map[string]jobapi.ArtifactOptions{
+		"level above 22": {CompressionLevel: ptr.To[int32](23)},
+		"negative level": {CompressionLevel: ptr.To[int32](-1)},
+		"bad secret":     {Encryption: &jobapi.ArtifactEncryption{SecretName: "Not_A_Name"}},
+		"empty secret":   {Encryption: &jobapi.ArtifactEncryption{}},
+	} {
+		s := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{GenerateName: "invalid-"},
+			Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &a}}
+		err := cl.Create(context.Background(), s)
+		require.True(t, apierrors.IsInvalid(err), "%s: %v", name, err)
+	}
+	ok := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{GenerateName: "valid-"},
+		Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](0), Encryption: &jobapi.ArtifactEncryption{SecretName: "keys.v2"}}}}
+	require.NoError(t, cl.Create(context.Background(), ok))
+}

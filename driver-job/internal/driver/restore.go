@@ -74,6 +74,7 @@ func (d *Driver) createRestoreJob(ctx context.Context, run *driverkit.RestoreRun
 		return nil, err
 	}
 	env := append(jobs.Env(jobapi.ModeRestore, jr, target, params), jobs.ArtifactEnv(backup)...)
+	env = append(env, jobs.FormatEnv(strat, jobapi.ModeRestore)...)
 	j, err := jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, strat, pod, env)
 	if err != nil {
 		return nil, err

@@ -175,6 +175,34 @@ func Env(mode string, run Run, app corev1.TypedLocalObjectReference, params map[
 	return env
 }
 
+// FormatEnv passes a strategy's artifact options to an agent: the compression level to a backup,
+// and the encryption Secret's name and keys. A backup gets the public keys (recipients) only, a
+// restore the private keys (identities) only, a cleanup neither. Keys are read from the Secret
+// by secretKeyRef, never copied into the Job; optional, so that a missing Secret or key lets the
+// agent start and fail with a message naming it, rather than leave the pod unable to start.
+func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
+	a := strat.Spec.Artifact
+	if a == nil {
+		return nil
+	}
+	var env []corev1.EnvVar
+	if mode == jobapi.ModeBackup && a.CompressionLevel != nil {
+		env = append(env, corev1.EnvVar{Name: jobapi.EnvCompressionLevel, Value: strconv.Itoa(int(*a.CompressionLevel))})
+	}
+	if e := a.Encryption; e != nil && mode != jobapi.ModeCleanup {
+		name, key := jobapi.EnvAgeRecipients, jobapi.SecretKeyRecipients
+		if mode == jobapi.ModeRestore {
+			name, key = jobapi.EnvAgeIdentities, jobapi.SecretKeyIdentities
+		}
+		env = append(env,
+			corev1.EnvVar{Name: jobapi.EnvEncryptionSecret, Value: e.SecretName},
+			corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: e.SecretName}, Key: key, Optional: ptr.To(true),
+			}}})
+	}
+	return env
+}
+
 // ArtifactEnv describes a Backup's artifact to a restore or cleanup Job.
 func ArtifactEnv(b *backupsv1.Backup) []corev1.EnvVar {
 	env := []corev1.EnvVar{{Name: jobapi.EnvBackupName, Value: b.Name}}

@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+	"github.com/minio/minio-go/v7"
+
+	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+)
+
+// EnvPeersBin names the directory holding restic and kopia, built from the pinned wrapper modules
+// tools/testbin/restic and tools/testbin/kopia: COFFER_PEERS_BIN=$(hack/testbin.sh --peers).
+// BenchmarkPeers skips without it.
+const EnvPeersBin = "COFFER_PEERS_BIN"
+
+// BenchmarkPeers backs up and restores the trees of BenchmarkBackupRestore with coffer-agent
+// (zstd level 3 and age), restic (its defaults: encrypted, compression auto) and kopia (its
+// defaults: encrypted, not compressed), each to its own bucket of the same MinIO, in the same
+// run, so that they share the machine's load. Peak RSS is each peer's own process's (rusage) and
+// the agent's VmHWM.
+func BenchmarkPeers(b *testing.B) {
+	bin := os.Getenv(EnvPeersBin)
+	if bin == "" {
+		b.Skipf("%s is not set: COFFER_PEERS_BIN=$(hack/testbin.sh --peers)", EnvPeersBin)
+	}
+	ctx := context.Background()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids, _ := ParseIdentities(id.String())
+	recipients, keyRef, _ := ParseRecipients(id.Recipient().String())
+	parent := b
+	for _, kind := range []string{"random", "json"} {
+		var tree string
+		for _, tool := range []string{"coffer-agent", "restic", "kopia"} {
+			b.Run(kind+"/"+tool, func(b *testing.B) {
+				if tree == "" {
+					tree = benchTree(parent, kind)
+				}
+				bucket := newBucket(b)
+				e := env(b, jobv1.ModeBackup, bucket, tree)
+				client, err := NewClient(e[jobv1.ParamEnvName("endpoint")], "", e[EnvAccessKeyID], e[EnvSecretAccessKey])
+				if err != nil {
+					b.Fatal(err)
+				}
+				p := &peer{bin: bin, tool: tool, bucket: bucket, host: store(b).S3Endpoint, id: e[EnvAccessKeyID], secret: e[EnvSecretAccessKey], work: b.TempDir()}
+				a := &Agent{S3: client, Log: io.Discard, CompressionLevel: DefaultCompressionLevel, Recipients: recipients, KeyRef: keyRef, Identities: ids}
+				var backupTime, restoreTime time.Duration
+				var peakRSSBytes int64
+				b.ResetTimer()
+				for i := range b.N {
+					b.StopTimer()
+					target := b.TempDir()
+					if tool != "coffer-agent" {
+						p.init(b, i)
+					}
+					resetPeakRSS()
+					b.StartTimer()
+					start := time.Now()
+					var report *jobv1.ArtifactReport
+					if tool == "coffer-agent" {
+						key := fmt.Sprintf("bench/%d.tar", i)
+						if report, err = a.Backup(ctx, tree, bucket, key); err != nil {
+							b.Fatal(err)
+						}
+						backupTime += time.Since(start)
+						start = time.Now()
+						if _, err := a.Restore(ctx, target, Artifact{Bucket: bucket, Key: key, Checksum: report.Checksum, SizeBytes: report.SizeBytes}); err != nil {
+							b.Fatal(err)
+						}
+						restoreTime += time.Since(start)
+						if rss, ok := peakRSS(); ok {
+							peakRSSBytes = max(peakRSSBytes, rss)
+						}
+					} else {
+						peakRSSBytes = max(peakRSSBytes, p.backup(b, tree))
+						backupTime += time.Since(start)
+						start = time.Now()
+						peakRSSBytes = max(peakRSSBytes, p.restore(b, tree, target))
+						restoreTime += time.Since(start)
+					}
+					b.StopTimer()
+					if err := compareTrees(tree, p.restored(tree, target)); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				b.StopTimer()
+				stored := bucketBytes(b, client, bucket)
+				const tarBytes = 256 << 20
+				b.ReportMetric(float64(tarBytes)*float64(b.N)/1e6/backupTime.Seconds(), "backup-MB/s")
+				b.ReportMetric(float64(tarBytes)*float64(b.N)/1e6/restoreTime.Seconds(), "restore-MB/s")
+				b.ReportMetric(float64(stored)/float64(b.N)/(1<<20), "stored-MiB")
+				b.ReportMetric(float64(peakRSSBytes)/(1<<20), "peak-RSS-MiB")
+			})
+		}
+	}
+}
+
+// peer runs restic or kopia against a bucket of the shared MinIO.
+type peer struct {
+	bin, tool, bucket, host, id, secret, work string
+	repo                                      string
+}
+
+func (p *peer) env() []string {
+	return append(os.Environ(),
+		"AWS_ACCESS_KEY_ID="+p.id, "AWS_SECRET_ACCESS_KEY="+p.secret,
+		"RESTIC_PASSWORD=benchmark", "RESTIC_CACHE_DIR="+filepath.Join(p.work, "restic-cache"),
+		"KOPIA_PASSWORD=benchmark", "KOPIA_CONFIG_PATH="+filepath.Join(p.work, "kopia.config"),
+		"KOPIA_CACHE_DIRECTORY="+filepath.Join(p.work, "kopia-cache"), "KOPIA_LOG_DIR="+filepath.Join(p.work, "kopia-logs"),
+		"KOPIA_CHECK_FOR_UPDATES=false")
+}
+
+// run runs the peer and returns its stdout and its peak RSS.
+func (p *peer) run(b *testing.B, args ...string) ([]byte, int64) {
+	b.Helper()
+	cmd := exec.Command(filepath.Join(p.bin, p.tool), args...)
+	cmd.Env = p.env()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("%s %s: %v\n%s", p.tool, strings.Join(args, " "), err, stderr.String())
+	}
+	var rss int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss << 10
+	}
+	return stdout.Bytes(), rss
+}
+
+func (p *peer) init(b *testing.B, i int) {
+	p.repo = fmt.Sprintf("%s-%d", p.tool, i)
+	switch p.tool {
+	case "restic":
+		p.run(b, "-r", p.resticRepo(), "init")
+	case "kopia":
+		p.run(b, "repository", "create", "s3", "--bucket="+p.bucket, "--prefix="+p.repo+"/", "--endpoint="+p.host,
+			"--disable-tls", "--access-key="+p.id, "--secret-access-key="+p.secret)
+	}
+}
+
+func (p *peer) resticRepo() string { return "s3:http://" + p.host + "/" + p.bucket + "/" + p.repo }
+
+func (p *peer) backup(b *testing.B, tree string) int64 {
+	if p.tool == "restic" {
+		_, rss := p.run(b, "-r", p.resticRepo(), "backup", "--quiet", tree)
+		return rss
+	}
+	_, rss := p.run(b, "snapshot", "create", tree)
+	return rss
+}
+
+func (p *peer) restore(b *testing.B, tree, target string) int64 {
+	if p.tool == "restic" {
+		_, rss := p.run(b, "-r", p.resticRepo(), "restore", "latest", "--target", target)
+		return rss
+	}
+	out, _ := p.run(b, "snapshot", "list", tree, "--json")
+	var snaps []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &snaps); err != nil || len(snaps) == 0 {
+		b.Fatalf("kopia snapshot list: %v: %s", err, out)
+	}
+	_, rss := p.run(b, "snapshot", "restore", snaps[len(snaps)-1].ID, target)
+	return rss
+}
+
+// restored is where a restore put the tree: restic restores the absolute path below the target.
+func (p *peer) restored(tree, target string) string {
+	if p.tool == "restic" {
+		return filepath.Join(target, tree)
+	}
+	return target
+}
+
+// compareTrees checks that every file of want has the same content in got.
+func compareTrees(want, got string) error {
+	return filepath.WalkDir(want, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(want, path)
+		a, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		c, err := os.ReadFile(filepath.Join(got, rel))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(a, c) {
+			return fmt.Errorf("%s differs after the restore", rel)
+		}
+		return nil
+	})
+}
+
+// bucketBytes sums the sizes of a bucket's objects.
+func bucketBytes(b *testing.B, c *minio.Client, bucket string) int64 {
+	var n int64
+	for obj := range c.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if obj.Err != nil {
+			b.Fatal(obj.Err)
+		}
+		n += obj.Size
+	}
+	return n
+}
