@@ -192,7 +192,9 @@ func (k *Kit[S]) createBackup(ctx context.Context, run *BackupRun[S], r *BackupR
 	if r.TakenAt != nil {
 		takenAt = *r.TakenAt
 	}
-	labels := map[string]string{backupsv1.LabelBackupJobUID: string(job.UID), backupsv1.LabelManagedBy: k.Name}
+	labels := backupsv1.ApplicationLabels(job.Spec.ApplicationRef)
+	labels[backupsv1.LabelBackupJobUID] = string(job.UID)
+	labels[backupsv1.LabelManagedBy] = k.Name
 	if v, ok := job.Labels[backupsv1.LabelPlan]; ok {
 		labels[backupsv1.LabelPlan] = v
 	}

@@ -53,6 +53,10 @@ type Config struct {
 	// in ns holds the data of source after a restore.
 	Restore       bool
 	VerifyRestore func(t *testing.T, ns string, source, target corev1.TypedLocalObjectReference)
+	// RestoreSameApplicationOnly says the driver restores a Backup only into the application it
+	// was taken of, and refuses a targetApplicationRef naming another (contract RJ-11). The
+	// restore checks then restore into the Backup's application, and one more checks the refusal.
+	RestoreSameApplicationOnly bool
 	// HoldBackups holds the driver's backups in progress until release is called: while held, a
 	// run the driver claims stays Running and gets no Backup, and the driver keeps observing it
 	// (driverkit: an outcome without a result and a RequeueAfter of a second or less). Optional:
@@ -88,6 +92,9 @@ func Run(t *testing.T, cfg Config) {
 	}
 	if cfg.Restore {
 		t.Run("RJ-2,RJ-4,RJ-6: a RestoreJob restores into its targetApplicationRef", s.restoreIntoTarget)
+		if cfg.RestoreSameApplicationOnly {
+			t.Run("RJ-11: a RestoreJob into another application fails with TargetApplicationUnsupported", s.otherApplicationRefused)
+		}
 		if cfg.HoldRestores != nil {
 			t.Run("RJ-8,GEN-11: a RestoreJob whose Backup is deleted mid-restore fails with BackupNotFound", s.backupDeletedMidRestore)
 		} else {
@@ -165,6 +172,9 @@ func (s *suite) checkSucceeded(t *testing.T, job *backupsv1.BackupJob, app corev
 	require.NotNil(t, b.Status.Artifact, "BK-3: artifact")
 	assert.NotEmpty(t, b.Status.Artifact.URI, "BK-3: artifact.uri")
 	assert.Regexp(t, checksum, b.Status.Artifact.Checksum, "BK-3: artifact.checksum")
+	for k, v := range backupsv1.ApplicationLabels(app) {
+		assert.Equal(t, v, b.Labels[k], "BK-8: label %s", k)
+	}
 
 	list := &backupsv1.BackupList{}
 	require.NoError(t, s.Client.List(s.ctx(), list, client.InNamespace(job.Namespace)))
@@ -287,6 +297,16 @@ func (s *suite) restartDuringRun(t *testing.T) {
 	s.checkSucceeded(t, job, app, class)
 }
 
+// restoreTarget is the application a restore check restores into: another one, unless the driver
+// restores only into the Backup's own.
+func (s *suite) restoreTarget(app corev1.TypedLocalObjectReference) corev1.TypedLocalObjectReference {
+	target := app
+	if !s.RestoreSameApplicationOnly {
+		target.Name = app.Name + "-restored"
+	}
+	return target
+}
+
 func (s *suite) restoreIntoTarget(t *testing.T) {
 	ns := s.Namespace(t)
 	app := s.NewApplication(t, ns)
@@ -294,8 +314,7 @@ func (s *suite) restoreIntoTarget(t *testing.T) {
 	job := s.backupJob(t, ns, class, app)
 	s.waitFor(t, "the BackupJob to finish", job, job.IsTerminal)
 	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, "message: %s", job.Status.Message)
-	target := app
-	target.Name = app.Name + "-restored"
+	target := s.restoreTarget(app)
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "conformance-", Namespace: ns},
 		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: job.Status.BackupRef.Name}, TargetApplicationRef: &target}}
 	require.NoError(t, s.Client.Create(s.ctx(), rj))
@@ -307,6 +326,28 @@ func (s *suite) restoreIntoTarget(t *testing.T) {
 	if s.VerifyRestore != nil {
 		s.VerifyRestore(t, ns, app, target)
 	}
+}
+
+// otherApplicationRefused asks a driver that restores only into the Backup's application for a
+// restore into another: the restore fails with TargetApplicationUnsupported.
+func (s *suite) otherApplicationRefused(t *testing.T) {
+	ns := s.Namespace(t)
+	app := s.NewApplication(t, ns)
+	job := s.backupJob(t, ns, s.ownClass(t, ns, app), app)
+	s.waitFor(t, "the BackupJob to finish", job, job.IsTerminal)
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, "message: %s", job.Status.Message)
+	target := app
+	target.Name = app.Name + "-other"
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "conformance-", Namespace: ns},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: job.Status.BackupRef.Name}, TargetApplicationRef: &target}}
+	require.NoError(t, s.Client.Create(s.ctx(), rj))
+	s.waitFor(t, "the RestoreJob to fail", rj, rj.IsTerminal)
+	require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase, "RJ-11: message: %s", rj.Status.Message)
+	ready := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
+	require.NotNil(t, ready, "RJ-4: Ready condition")
+	assert.Equal(t, backupsv1.ReasonTargetApplicationUnsupported, ready.Reason, "RJ-11: reason")
+	assert.NotEmpty(t, rj.Status.Message, "RJ-4: message")
+	assert.Equal(t, int64(1), rj.Generation, "RJ-6: the spec was never written")
 }
 
 // hold holds runs through one of the Config's hold hooks; release is idempotent and also runs at
@@ -389,8 +430,7 @@ func (s *suite) backupDeletedMidRestore(t *testing.T) {
 	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, "message: %s", job.Status.Message)
 
 	s.hold(t, s.HoldRestores)
-	target := app
-	target.Name = app.Name + "-restored"
+	target := s.restoreTarget(app)
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "conformance-", Namespace: ns},
 		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: job.Status.BackupRef.Name}, TargetApplicationRef: &target}}
 	require.NoError(t, s.Client.Create(s.ctx(), rj))

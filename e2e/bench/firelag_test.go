@@ -131,6 +131,15 @@ func fireLag(b *testing.B, n int) {
 }
 
 func createAll(ctx context.Context, b *testing.B, cl client.Client, ns string, n int) {
+	// The class the Plans name, so that they are Ready (a Plan whose class does not resolve says so
+	// in a Warning event of its own, which the bench is not about).
+	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "VirtualMachine"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "bench"}}},
+	}}
+	if err := client.IgnoreAlreadyExists(cl.Create(ctx, class)); err != nil {
+		b.Fatal(err)
+	}
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
 	var mu sync.Mutex

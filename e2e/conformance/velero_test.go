@@ -60,6 +60,8 @@ func TestDriverVeleroConforms(t *testing.T) {
 			require.NoError(t, driver.Restart())
 		},
 		Restore: true,
-		Timeout: 4 * time.Minute,
+		// A Velero backup restores as the application it was taken of (contract RJ-11).
+		RestoreSameApplicationOnly: true,
+		Timeout:                    4 * time.Minute,
 	})
 }

@@ -84,13 +84,17 @@ type BackupStatus struct {
 
 // Backup is one backup artifact of an application: a stable thing to list and restore from. It
 // carries no ownerReference to the BackupJob that made it; deleting it runs the owning driver's
-// finalizer, which deletes the artifact.
+// finalizer, which deletes the artifact. The Backups of one application are listed with the field
+// selectors spec.applicationRef.kind and spec.applicationRef.name, or with the labels
+// backups.cozystack.io/application-kind and backups.cozystack.io/application-name.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=backups
+// +kubebuilder:resource:shortName=bk,categories=coffer
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
 // +kubebuilder:selectablefield:JSONPath=`.spec.planRef.name`
+// +kubebuilder:selectablefield:JSONPath=`.spec.applicationRef.kind`
+// +kubebuilder:selectablefield:JSONPath=`.spec.applicationRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.spec.applicationRef.name`
 // +kubebuilder:printcolumn:name="Taken",type=date,JSONPath=`.spec.takenAt`

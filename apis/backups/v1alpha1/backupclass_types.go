@@ -53,7 +53,7 @@ type BackupClassSpec struct {
 // BackupClass is a cluster-scoped, reusable set of backup strategies and parameters per application type.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,categories=backups
+// +kubebuilder:resource:scope=Cluster,shortName=bclass,categories=coffer
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type BackupClass struct {
 	metav1.TypeMeta   `json:",inline"`

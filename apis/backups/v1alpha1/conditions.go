@@ -2,8 +2,11 @@ package v1alpha1
 
 // Condition types of the core kinds. Each reason is UpperCamel, as the API server requires.
 const (
-	// ConditionReady on a Plan is True while its schedule is valid and it is scheduling. On a
-	// BackupJob or RestoreJob it is True once the run Succeeded and False once it Failed.
+	// ConditionReady on a Plan is True while its schedule is valid, it is scheduling and its
+	// BackupClass resolves to a strategy for its application. It is False with InvalidSchedule,
+	// InvalidTimeZone or Suspended while the Plan does not schedule, and with BackupClassNotFound
+	// or NoMatchingStrategy while it schedules BackupJobs that no driver can run. On a BackupJob or
+	// RestoreJob it is True once the run Succeeded and False once it Failed.
 	ConditionReady = "Ready"
 
 	// ConditionAccepted on a BackupJob or RestoreJob is True once a driver claimed it. Core sets it
@@ -57,6 +60,10 @@ const (
 	ReasonStrategyNotFound = "StrategyNotFound"
 	// ReasonApplicationNotFound: the application object does not exist.
 	ReasonApplicationNotFound = "ApplicationNotFound"
+	// ReasonTargetApplicationUnsupported: a RestoreJob's targetApplicationRef names another
+	// application than its Backup's, and the driver can restore a Backup only into the application
+	// it was taken of (contract RJ-11); nothing was created.
+	ReasonTargetApplicationUnsupported = "TargetApplicationUnsupported"
 	// ReasonBackupNotFound: a RestoreJob names a Backup that does not exist.
 	ReasonBackupNotFound = "BackupNotFound"
 	// ReasonTemplateRenderFailed: the strategy template failed to render; nothing was created.

@@ -41,6 +41,17 @@ func (b *Backup) IsGood() bool {
 	return true
 }
 
+// ArtifactMissing reports whether the driver found the Backup's artifact gone
+// (ArtifactAvailable=False). Such a Backup is never good, and retention keeps it by no rule.
+func (b *Backup) ArtifactMissing() bool {
+	for _, c := range b.Status.Conditions {
+		if c.Type == ConditionArtifactAvailable {
+			return c.Status == metav1.ConditionFalse
+		}
+	}
+	return false
+}
+
 func conditionTrue(conds []metav1.Condition, t string) bool {
 	for _, c := range conds {
 		if c.Type == t {

@@ -54,39 +54,43 @@ type PlanSchedule struct {
 	TimeZone *string `json:"timeZone,omitempty"`
 }
 
-// RetentionPolicy bounds how many Backups of a Plan are kept. A Backup is kept when any rule keeps
-// it; the newest Backup that is Ready and complete is kept whatever the rules say. Unset rules keep
-// nothing on their own; a Plan without retention keeps every Backup.
+// RetentionPolicy bounds how many Backups of a Plan are kept. The rules apply to the Backups of
+// each application apart (a Plan pointed at another application keeps Backups of both). A Backup is
+// kept when any rule keeps it; the newest good Backup of each application (Backup.IsGood) is kept
+// whatever the rules say, and an application without a good Backup loses none to maxAge. Unset
+// rules keep nothing on their own; a Plan without retention keeps every Backup.
 type RetentionPolicy struct {
 	// keepLast keeps the newest N Backups.
 	// +optional
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	KeepLast *int32 `json:"keepLast,omitempty"`
 
 	// keepDaily keeps the newest Backup of each of the last N days that have one (Plan's time zone).
 	// +optional
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	KeepDaily *int32 `json:"keepDaily,omitempty"`
 
 	// keepWeekly keeps the newest Backup of each of the last N ISO weeks that have one.
 	// +optional
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	KeepWeekly *int32 `json:"keepWeekly,omitempty"`
 
 	// keepMonthly keeps the newest Backup of each of the last N months that have one.
 	// +optional
-	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	KeepMonthly *int32 `json:"keepMonthly,omitempty"`
 
 	// maxAge prunes Backups older than this duration (e.g. "720h") even if a keep rule holds them,
-	// except the newest good Backup.
+	// except the newest good Backup of each application. It must be longer than zero.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="maxAge must be longer than zero"
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 }
 
@@ -177,7 +181,8 @@ type PlanStatus struct {
 	// +optional
 	SkippedTicks int64 `json:"skippedTicks,omitempty"`
 
-	// conditions: Ready (the schedule is valid and the Plan is scheduling) and TickSkipped.
+	// conditions: Ready (the schedule is valid, the Plan is scheduling, and its BackupClass
+	// resolves to a strategy for its application) and TickSkipped.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -188,7 +193,7 @@ type PlanStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=backups
+// +kubebuilder:resource:shortName=bplan,categories=coffer
 // +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.spec.applicationRef.name`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.backupClassName`
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule.cron`

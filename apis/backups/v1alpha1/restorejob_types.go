@@ -87,7 +87,7 @@ type RestoreItems struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:categories=backups
+// +kubebuilder:resource:shortName=rj,categories=coffer
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Backup",type=string,JSONPath=`.spec.backupRef.name`

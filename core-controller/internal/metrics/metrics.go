@@ -40,7 +40,7 @@ var (
 		"Ticks of the Plan that did not fire (missed past the deadline, while the controller was down, or forbidden by the concurrency policy).",
 		[]string{"namespace", "plan"}, nil)
 	readyDesc = prometheus.NewDesc("coffer_plan_ready",
-		"1 when the Plan is valid and scheduling, 0 when it is suspended or invalid.", []string{"namespace", "plan"}, nil)
+		"1 when the Plan is valid, scheduling and its BackupClass resolves, 0 when it is suspended or invalid or its class does not resolve.", []string{"namespace", "plan"}, nil)
 	jobsDesc = prometheus.NewDesc("coffer_backupjobs",
 		"BackupJobs by namespace and phase (Unclaimed: no driver has taken it yet).", []string{"namespace", "phase"}, nil)
 )

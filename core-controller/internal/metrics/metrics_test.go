@@ -53,7 +53,7 @@ coffer_plan_next_schedule_time_seconds{namespace="NS",plan="nightly"} 2000
 # HELP coffer_plan_skipped_ticks_total Ticks of the Plan that did not fire (missed past the deadline, while the controller was down, or forbidden by the concurrency policy).
 # TYPE coffer_plan_skipped_ticks_total counter
 coffer_plan_skipped_ticks_total{namespace="NS",plan="nightly"} 3
-# HELP coffer_plan_ready 1 when the Plan is valid and scheduling, 0 when it is suspended or invalid.
+# HELP coffer_plan_ready 1 when the Plan is valid, scheduling and its BackupClass resolves, 0 when it is suspended or invalid or its class does not resolve.
 # TYPE coffer_plan_ready gauge
 coffer_plan_ready{namespace="NS",plan="nightly"} 1
 # HELP coffer_backupjobs BackupJobs by namespace and phase (Unclaimed: no driver has taken it yet).

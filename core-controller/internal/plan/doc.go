@@ -1,6 +1,7 @@
 // Package plan reconciles Plans: it turns cron ticks into BackupJobs, exactly once per tick, keeps
 // the BackupJob history within the Plan's limits, prunes Backups by the Plan's retention policy,
-// and reports it all in the Plan's status, conditions and events. It never executes a backup and
+// and reports it all in the Plan's status, conditions and events, including whether its
+// BackupClass resolves to a strategy for its application. It never executes a backup and
 // never writes a driver's objects or a Backup.
 package plan
 
@@ -14,4 +15,6 @@ package plan
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans/finalizers,verbs=update
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=get;list;watch;delete
+// A Plan's Ready condition says whether its BackupClass resolves for its application.
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -204,3 +204,49 @@ func TestReadyConditionIsObservable(t *testing.T) {
 	require.NotNil(t, ready)
 	assert.Equal(t, h.plan.Generation, ready.ObservedGeneration)
 }
+
+// TestRetentionKeepsTheNewestGoodOfEachApplication: the Plan backed up vm-old, then was pointed at
+// vm1. keepLast counts each application's Backups, so vm-old keeps its newest good Backup although
+// vm1's are newer; a Backup whose artifact is gone is neither good nor kept.
+func TestRetentionKeepsTheNewestGoodOfEachApplication(t *testing.T) {
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.Retention = &backupsv1.RetentionPolicy{KeepLast: ptr(int32(1))}
+	})
+	base := h.plan.CreationTimestamp.Time
+	gone := metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing, LastTransitionTime: metav1.NewTime(base)}
+	old := func(name string, takenAt time.Time, conds ...metav1.Condition) {
+		b := &backupsv1.Backup{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns},
+			Spec: backupsv1.BackupSpec{
+				ApplicationRef: corev1.TypedLocalObjectReference{APIGroup: ptr(backupsv1.DefaultApplicationAPIGroup), Kind: "VirtualMachine", Name: "vm-old"},
+				PlanRef:        &corev1.LocalObjectReference{Name: h.plan.Name},
+				StrategyRef:    corev1.TypedLocalObjectReference{APIGroup: ptr("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "s"},
+				TakenAt:        metav1.NewTime(takenAt),
+			},
+		}
+		require.NoError(t, env.Client.Create(h.ctx, b))
+		b.Status.Phase, b.Status.Conditions = backupsv1.BackupReady, conds
+		require.NoError(t, env.Client.Status().Update(h.ctx, b))
+	}
+	old("old-1", base.Add(-50*time.Hour))
+	old("old-2", base.Add(-49*time.Hour))
+	old("old-gone", base.Add(-48*time.Hour), gone)
+	newBackup(h, "vm1-1", base.Add(-2*time.Hour), backupsv1.BackupReady)
+	newBackup(h, "vm1-2", base.Add(-time.Hour), backupsv1.BackupReady)
+	h.reconcile()
+
+	list := &backupsv1.BackupList{}
+	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
+	var left []string
+	for _, b := range list.Items {
+		left = append(left, b.Name)
+	}
+	assert.ElementsMatch(t, []string{"old-2", "vm1-2"}, left, "the newest good Backup of each application stays")
+	require.NotNil(t, h.plan.Status.LastBackupRef)
+	assert.Equal(t, "vm1-2", h.plan.Status.LastBackupRef.Name)
+	assert.ElementsMatch(t, []string{
+		"Normal BackupPruned Pruned Backup old-1: kept by no keepLast, keepDaily, keepWeekly or keepMonthly rule",
+		"Normal BackupPruned Pruned Backup old-gone: its artifact is missing",
+		"Normal BackupPruned Pruned Backup vm1-1: kept by no keepLast, keepDaily, keepWeekly or keepMonthly rule",
+	}, h.drainEvents())
+}

@@ -28,6 +28,9 @@ import (
 // BackupPlanIndex is the cache index of Backups by spec.planRef.name.
 const BackupPlanIndex = "spec.planRef.name"
 
+// PlanClassIndex is the cache index of Plans by spec.backupClassName.
+const PlanClassIndex = "spec.backupClassName"
+
 // Event reasons of the Plan controller.
 const (
 	EventBackupJobCreated = "BackupJobCreated"
@@ -57,6 +60,11 @@ type scope struct {
 	// sched is the parsed schedule, or nil with schedErr set when it does not parse.
 	sched    *schedule.Schedule
 	schedErr error
+	// classReason and classMsg say why the Plan's BackupClass does not resolve to a strategy for
+	// its application (BackupClassNotFound, NoMatchingStrategy); empty when it does. classErr is
+	// set instead when the class could not be read: Ready is then left as it was.
+	classReason, classMsg string
+	classErr              error
 	// deferStatus skips this reconcile's status write: a tick's BackupJob could not be created (the
 	// retry starts from the same status), or a tick just created its BackupJob, and the
 	// reconcile its creation triggers records it. Under load this puts every due create ahead of
@@ -96,7 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		{"loadJobs", r.loadJobs},
 		{"pruneHistory", r.pruneHistory},
 		{"applyRetention", r.applyRetention},
+		{"resolveClass", r.resolveClass},
 		{"schedule", r.schedule},
+		{"retryClassRead", r.retryClassRead},
 	} {
 		s.log.V(1).Info("Plan phase", "plan", klog.KObj(plan), "phase", p.name)
 		if err := p.run(ctx, s); err != nil {
@@ -254,7 +264,9 @@ func finishedAt(j backupsv1.BackupJob) time.Time {
 }
 
 // applyRetention prunes this Plan's Backups by its retention policy and records the newest Backup.
-// Deleting a Backup runs its driver's finalizer, which deletes the artifact.
+// The policy applies to the Backups of each application apart (a Plan re-pointed at another
+// application still holds Backups of the first), so that the newest good Backup of every
+// application survives. Deleting a Backup runs its driver's finalizer, which deletes the artifact.
 func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 	list := &backupsv1.BackupList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(s.plan.Namespace), client.MatchingFields{BackupPlanIndex: s.plan.Name}); err != nil {
@@ -269,7 +281,8 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 			continue
 		}
 		byName[b.Name] = b
-		items = append(items, retention.Item{Name: b.Name, TakenAt: b.Spec.TakenAt.Time, Phase: b.Status.Phase, Good: b.IsGood()})
+		items = append(items, retention.Item{Name: b.Name, Application: applicationKey(b.Spec.ApplicationRef),
+			TakenAt: b.Spec.TakenAt.Time, Phase: b.Status.Phase, Good: b.IsGood(), ArtifactMissing: b.ArtifactMissing()})
 		if newest == nil || b.Spec.TakenAt.After(newest.Spec.TakenAt.Time) {
 			newest = b
 		}
@@ -291,7 +304,8 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 		if err != nil {
 			return fmt.Errorf("pruning Backup %s: %w", b.Name, err)
 		}
-		s.log.Info("Pruned Backup", "plan", klog.KObj(s.plan), "backup", klog.KObj(b), "takenAt", b.Spec.TakenAt.UTC().Format(time.RFC3339), "rule", d.Reason)
+		s.log.Info("Pruned Backup", "plan", klog.KObj(s.plan), "backup", klog.KObj(b), "application", applicationKey(b.Spec.ApplicationRef),
+			"takenAt", b.Spec.TakenAt.UTC().Format(time.RFC3339), "rule", d.Reason)
 		r.Recorder.Eventf(s.plan, b, corev1.EventTypeNormal, EventBackupPruned, "Prune", "Pruned Backup %s: %s", b.Name, d.Reason)
 		if s.plan.Status.LastBackupRef != nil && s.plan.Status.LastBackupRef.Name == b.Name {
 			s.plan.Status.LastBackupRef = nil
@@ -299,6 +313,46 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 	}
 	return nil
 }
+
+// applicationKey identifies an application by its API group (defaulted), kind and name.
+func applicationKey(ref corev1.TypedLocalObjectReference) string {
+	return backupsv1.ApplicationAPIGroup(ref) + "/" + ref.Kind + "/" + ref.Name
+}
+
+// resolveClass resolves the Plan's BackupClass for its application, as the drivers will for each
+// of its BackupJobs, so that the Plan says before any tick that no driver can run them. The class
+// is read from the cache; its watch reconciles the Plans naming it whenever it changes. A class
+// that cannot be read never keeps a tick from firing: the error is returned (and the reconcile
+// retried) only after the schedule phase.
+func (r *Reconciler) resolveClass(ctx context.Context, s *scope) error {
+	name := s.plan.Spec.BackupClassName
+	class := &backupsv1.BackupClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, class); apierrors.IsNotFound(err) {
+		class = nil
+	} else if err != nil {
+		s.classErr = fmt.Errorf("reading BackupClass %q: %w", name, err)
+		return nil
+	}
+	_, err := backupsv1.ResolveStrategy(name, class, s.plan.Spec.ApplicationRef)
+	const until = "until then each tick's BackupJob waits for a driver in vain and fails unclaimed"
+	switch s.classReason = backupsv1.ResolutionReason(err); s.classReason {
+	case "":
+		if err != nil {
+			return fmt.Errorf("resolving BackupClass %q: %w", name, err)
+		}
+		s.classMsg = ""
+	case backupsv1.ReasonBackupClassNotFound:
+		s.classMsg = fmt.Sprintf("%v: create it, or set spec.backupClassName to an existing class; %s", err, until)
+	default:
+		s.classMsg = fmt.Sprintf("%v: add a strategy for %s to the class, or set spec.backupClassName to a class that has one; %s",
+			err, s.plan.Spec.ApplicationRef.Kind, until)
+	}
+	return nil
+}
+
+// retryClassRead fails the reconcile, once the schedule phase is done, when the class could not be
+// read, so that it is retried.
+func (r *Reconciler) retryClassRead(_ context.Context, s *scope) error { return s.classErr }
 
 // schedule fires the due tick, if any, exactly once, and requeues at the next tick (s.result).
 //
@@ -316,7 +370,7 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) error {
 			reason = serr.Reason
 		}
 		msg := err.Error()
-		if r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionFalse, reason, msg) {
+		if r.setReady(s, metav1.ConditionFalse, reason, msg) {
 			s.announce(func() {
 				s.log.Info("Plan is invalid", "plan", klog.KObj(plan), "reason", reason, "message", msg)
 				r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, reason, "Schedule", "%s", msg)
@@ -327,7 +381,7 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) error {
 		return nil
 	}
 	if ptrOr(plan.Spec.Suspend, false) {
-		if r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionFalse, backupsv1.ReasonSuspended,
+		if r.setReady(s, metav1.ConditionFalse, backupsv1.ReasonSuspended,
 			"The Plan is suspended; no BackupJobs are created, and ticks missed meanwhile never fire") {
 			s.announce(func() { s.log.Info("Plan suspended", "plan", klog.KObj(plan)) })
 		}
@@ -335,12 +389,27 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) error {
 		return nil
 	}
 	// Ticks that passed while the Plan was suspended or invalid are discarded, not fired in a burst.
+	// A Plan whose class does not resolve still schedules: its BackupJobs say so in their turn, and
+	// a class created or fixed late (or only missing from a lagging cache) costs no backup.
 	anchor := since(plan)
-	if prev := meta.FindStatusCondition(plan.Status.Conditions, backupsv1.ConditionReady); prev != nil && prev.Status != metav1.ConditionTrue {
+	if prev := meta.FindStatusCondition(plan.Status.Conditions, backupsv1.ConditionReady); prev != nil && !scheduling(prev) {
 		anchor = s.now
 	}
-	if r.setCondition(s, backupsv1.ConditionReady, metav1.ConditionTrue, backupsv1.ReasonScheduling, "The Plan is scheduling") {
-		s.log.V(1).Info("Plan scheduling", "plan", klog.KObj(plan))
+	switch reason, msg := s.classReason, s.classMsg; {
+	case s.classErr != nil:
+		// Unknown until the class can be read: Ready stays as it was.
+	case reason != "":
+		if r.setReady(s, metav1.ConditionFalse, reason, msg) {
+			s.announce(func() {
+				s.log.Info("Plan's BackupClass does not resolve", "plan", klog.KObj(plan), "reason", reason, "message", msg)
+				r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, reason, "Resolve", "%s", msg)
+			})
+		}
+	default:
+		msg = fmt.Sprintf("The Plan is scheduling; BackupClass %q resolves to a strategy for its application", plan.Spec.BackupClassName)
+		if r.setReady(s, metav1.ConditionTrue, backupsv1.ReasonScheduling, msg) {
+			s.log.V(1).Info("Plan scheduling", "plan", klog.KObj(plan))
+		}
 	}
 
 	due := sched.DueAt(anchor, s.now)
@@ -436,7 +505,8 @@ func (r *Reconciler) recordFired(s *scope, tick time.Time, job *backupsv1.Backup
 }
 
 // since is the instant up to which every tick has been dealt with: fired, skipped, or discarded
-// because the Plan was suspended or invalid until it turned Ready (the Ready=True transition).
+// because the Plan was suspended or invalid until it started scheduling again (the last transition
+// of a scheduling Ready condition, see setReady).
 func since(plan *backupsv1.Plan) time.Time {
 	t := plan.CreationTimestamp.Time
 	for _, c := range []*metav1.Time{plan.Status.LastScheduleTime, plan.Status.LastSkippedTime} {
@@ -445,7 +515,7 @@ func since(plan *backupsv1.Plan) time.Time {
 		}
 	}
 	if ready := meta.FindStatusCondition(plan.Status.Conditions, backupsv1.ConditionReady); ready != nil &&
-		ready.Status == metav1.ConditionTrue && ready.LastTransitionTime.After(t) {
+		scheduling(ready) && ready.LastTransitionTime.After(t) {
 		t = ready.LastTransitionTime.Time
 	}
 	return t
@@ -507,6 +577,30 @@ func (r *Reconciler) createJob(ctx context.Context, s *scope, tick time.Time) (j
 	s.log.Info("BackupJob name taken by a foreign object", "plan", klog.KObj(plan), "backupJob", klog.KObj(existing), "tick", tick.UTC().Format(time.RFC3339))
 	r.Recorder.Eventf(plan, existing, corev1.EventTypeWarning, backupsv1.ReasonNameConflict, "Schedule", "%s", msg)
 	return nil, false, nil
+}
+
+// scheduling reports whether a Plan with this Ready condition schedules its ticks: Ready, or not
+// Ready only because its class does not resolve.
+func scheduling(ready *metav1.Condition) bool {
+	return ready.Status == metav1.ConditionTrue ||
+		ready.Reason == backupsv1.ReasonBackupClassNotFound || ready.Reason == backupsv1.ReasonNoMatchingStrategy
+}
+
+// setReady sets the Ready condition and reports whether its status or reason changed. Its
+// lastTransitionTime moves whenever the Plan starts or stops scheduling, even without a change of
+// status (Suspended to BackupClassNotFound): since reads it as the instant ticks count from.
+func (r *Reconciler) setReady(s *scope, status metav1.ConditionStatus, reason, msg string) bool {
+	prev := meta.FindStatusCondition(s.plan.Status.Conditions, backupsv1.ConditionReady)
+	var flipped bool
+	if prev != nil {
+		next := metav1.Condition{Status: status, Reason: reason}
+		flipped = prev.Status == status && scheduling(prev) != scheduling(&next)
+	}
+	changed := r.setCondition(s, backupsv1.ConditionReady, status, reason, msg)
+	if flipped {
+		meta.FindStatusCondition(s.plan.Status.Conditions, backupsv1.ConditionReady).LastTransitionTime = metav1.NewTime(s.now)
+	}
+	return changed
 }
 
 // setCondition sets a condition and reports whether its status or reason changed.

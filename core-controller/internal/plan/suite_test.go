@@ -55,6 +55,7 @@ func newHarness(t *testing.T, mutate func(*backupsv1.Plan)) *harness {
 	if mutate != nil {
 		mutate(h.plan)
 	}
+	ensureDefaultClass(t)
 	require.NoError(t, env.Client.Create(h.ctx, h.plan))
 	// The clock starts at the Plan's creation, which the API server set.
 	h.clock = clocktesting.NewFakeClock(h.plan.CreationTimestamp.Time)
@@ -135,4 +136,20 @@ func (h *harness) setJobPhase(name string, phase backupsv1.BackupJobPhase, compl
 		j.Status.CompletedAt = &metav1.Time{Time: completed}
 	}
 	require.NoError(h.t, env.Client.Status().Update(h.ctx, j))
+}
+
+// ensureDefaultClass creates the BackupClass "default", which resolves VirtualMachines, the
+// harness Plan's application, to a strategy. BackupClasses are cluster-scoped: tests that change
+// a class use their own.
+func ensureDefaultClass(t *testing.T) {
+	t.Helper()
+	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(context.Background(), vmClass("default"))))
+}
+
+// vmClass is a BackupClass that resolves VirtualMachines to a Velero strategy.
+func vmClass(name string) *backupsv1.BackupClass {
+	return &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "VirtualMachine"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "vm"}}},
+	}}
 }

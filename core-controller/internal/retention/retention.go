@@ -10,13 +10,18 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
 
-// Item is what retention needs to know about one Backup.
+// Item is what retention needs to know about one Backup of a Plan.
 type Item struct {
-	Name    string
-	TakenAt time.Time
-	Phase   backupsv1.BackupPhase
-	// Good is Backup.IsGood(): Ready, artifact available, not partially failed.
+	Name string
+	// Application identifies the application the Backup was taken of (API group, kind and name).
+	// The rules apply to the Backups of each application apart.
+	Application string
+	TakenAt     time.Time
+	Phase       backupsv1.BackupPhase
+	// Good is Backup.IsGood(): Ready, artifact not known missing, not partially failed.
 	Good bool
+	// ArtifactMissing is Backup.ArtifactMissing(): the driver found the artifact gone.
+	ArtifactMissing bool
 }
 
 // Decision is the outcome for one Backup that is pruned; Reason says which rule let it go.
@@ -27,17 +32,40 @@ type Decision struct {
 
 // Select returns the Backups to prune under policy p, evaluated in loc at now.
 //
+// The Backups are grouped by application (a Plan re-pointed at another application keeps Backups
+// of both), and each group is decided on its own:
+//
 //   - A nil policy prunes nothing. Pending Backups (still being written) are never pruned.
-//   - keepLast, keepDaily, keepWeekly (ISO weeks) and keepMonthly keep Ready Backups (partially
-//     failed ones count): the newest N, and the newest of each of the last N days, weeks and
-//     months that have one. A Backup kept by any rule is kept. Failed Backups are kept by none.
+//   - keepLast, keepDaily, keepWeekly (ISO weeks) and keepMonthly keep usable Backups (Ready, and
+//     the artifact not known missing; partially failed ones count): the newest N, and the newest
+//     of each of the last N days, weeks and months that have one. A Backup kept by any rule is
+//     kept. Failed Backups and those whose artifact is missing are kept by none.
 //   - With no keep rule set, every Backup is kept unless maxAge prunes it.
-//   - maxAge prunes anything older, even if a keep rule holds it.
-//   - The newest good Backup is never pruned, whatever the policy says.
+//   - maxAge prunes anything older, even if a keep rule holds it, but only in a group that has a
+//     good Backup: age never takes the last Backups a restore might still use.
+//   - The newest good Backup of the group is never pruned, whatever the policy says.
 func Select(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now time.Time) []Decision {
 	if p == nil {
 		return nil
 	}
+	groups := map[string][]Item{}
+	var apps []string
+	for _, it := range items {
+		if _, seen := groups[it.Application]; !seen {
+			apps = append(apps, it.Application)
+		}
+		groups[it.Application] = append(groups[it.Application], it)
+	}
+	sort.Strings(apps)
+	var prune []Decision
+	for _, app := range apps {
+		prune = append(prune, selectGroup(groups[app], p, loc, now)...)
+	}
+	return prune
+}
+
+// selectGroup decides for the Backups of one application.
+func selectGroup(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now time.Time) []Decision {
 	sorted := append([]Item(nil), items...)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		if !sorted[i].TakenAt.Equal(sorted[j].TakenAt) {
@@ -48,23 +76,23 @@ func Select(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now 
 
 	keep := map[string]bool{}
 	anyKeepRule := p.KeepLast != nil || p.KeepDaily != nil || p.KeepWeekly != nil || p.KeepMonthly != nil
-	var ready []Item
+	var usable []Item
 	for _, it := range sorted {
-		if it.Phase == backupsv1.BackupReady {
-			ready = append(ready, it)
+		if it.Phase == backupsv1.BackupReady && !it.ArtifactMissing {
+			usable = append(usable, it)
 		}
 	}
 	if n := val(p.KeepLast); n > 0 {
-		for i := 0; i < len(ready) && i < n; i++ {
-			keep[ready[i].Name] = true
+		for i := 0; i < len(usable) && i < n; i++ {
+			keep[usable[i].Name] = true
 		}
 	}
-	bucketKeep(ready, val(p.KeepDaily), keep, func(t time.Time) string { return t.In(loc).Format("2006-01-02") })
-	bucketKeep(ready, val(p.KeepWeekly), keep, func(t time.Time) string {
+	bucketKeep(usable, val(p.KeepDaily), keep, func(t time.Time) string { return t.In(loc).Format("2006-01-02") })
+	bucketKeep(usable, val(p.KeepWeekly), keep, func(t time.Time) string {
 		y, w := t.In(loc).ISOWeek()
 		return fmt.Sprintf("%d-W%02d", y, w)
 	})
-	bucketKeep(ready, val(p.KeepMonthly), keep, func(t time.Time) string { return t.In(loc).Format("2006-01") })
+	bucketKeep(usable, val(p.KeepMonthly), keep, func(t time.Time) string { return t.In(loc).Format("2006-01") })
 
 	var newestGood string
 	for _, it := range sorted {
@@ -80,12 +108,15 @@ func Select(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now 
 			continue
 		}
 		switch {
-		case p.MaxAge != nil && now.Sub(it.TakenAt) > p.MaxAge.Duration:
+		case newestGood != "" && p.MaxAge != nil && now.Sub(it.TakenAt) > p.MaxAge.Duration:
 			prune = append(prune, Decision{Name: it.Name, Reason: fmt.Sprintf("older than maxAge %s", p.MaxAge.Duration)})
 		case anyKeepRule && !keep[it.Name]:
 			reason := "kept by no keepLast, keepDaily, keepWeekly or keepMonthly rule"
-			if it.Phase == backupsv1.BackupFailed {
+			switch {
+			case it.Phase == backupsv1.BackupFailed:
 				reason = "failed"
+			case it.ArtifactMissing:
+				reason = "its artifact is missing"
 			}
 			prune = append(prune, Decision{Name: it.Name, Reason: reason})
 		}

@@ -27,6 +27,18 @@ func with(it Item, phase backupsv1.BackupPhase, good bool) Item {
 	return it
 }
 
+// missing marks the artifact of a Ready backup as gone (ArtifactAvailable=False).
+func missing(it Item) Item {
+	it.Good, it.ArtifactMissing = false, true
+	return it
+}
+
+// of sets the application a backup was taken of.
+func of(app string, it Item) Item {
+	it.Application = app
+	return it
+}
+
 func names(ds []Decision) []string {
 	out := []string{}
 	for _, d := range ds {
@@ -105,6 +117,59 @@ func TestSelect(t *testing.T) {
 		{name: "no good backup at all: rules apply", policy: &backupsv1.RetentionPolicy{KeepLast: i32(1)},
 			items: []Item{with(ready("p1", "2026-03-31T00:00:00Z"), backupsv1.BackupReady, false), with(ready("p2", "2026-03-30T00:00:00Z"), backupsv1.BackupReady, false)},
 			prune: []string{"p2"}},
+		{name: "a missing artifact is neither good nor kept by a rule", policy: &backupsv1.RetentionPolicy{KeepLast: i32(1)},
+			items: []Item{missing(ready("gone", "2026-03-31T00:00:00Z")), ready("good", "2026-03-30T00:00:00Z"), ready("older", "2026-03-29T00:00:00Z")},
+			prune: []string{"gone", "older"}},
+		{name: "a missing artifact never shields an older good backup from maxAge", policy: &backupsv1.RetentionPolicy{MaxAge: &metav1.Duration{Duration: time.Hour}},
+			items: []Item{missing(ready("gone", "2026-03-31T00:00:00Z")), ready("good", "2026-03-30T00:00:00Z"), ready("older", "2026-03-29T00:00:00Z")},
+			prune: []string{"gone", "older"}},
+		// The Plan backed up app-a, then was pointed at app-b: keepLast counts each application's
+		// Backups, and maxAge leaves app-a its newest good Backup although app-b's are newer.
+		{name: "re-pointed Plan keeps the newest good backup of each application",
+			policy: &backupsv1.RetentionPolicy{KeepLast: i32(2), MaxAge: &metav1.Duration{Duration: 240 * time.Hour}},
+			items: []Item{
+				of("app-b", ready("b2", "2026-03-31T02:00:00Z")), of("app-b", ready("b1", "2026-03-30T02:00:00Z")),
+				of("app-a", with(ready("a4", "2026-03-05T02:00:00Z"), backupsv1.BackupFailed, false)),
+				of("app-a", ready("a3", "2026-03-04T02:00:00Z")), of("app-a", ready("a2", "2026-03-03T02:00:00Z")), of("app-a", ready("a1", "2026-03-02T02:00:00Z")),
+			},
+			prune: []string{"a1", "a2", "a4"}},
+		{name: "re-pointed Plan whose old application has no good backup prunes none of it by age",
+			policy: &backupsv1.RetentionPolicy{MaxAge: &metav1.Duration{Duration: 24 * time.Hour}},
+			items: []Item{
+				of("app-b", ready("b2", "2026-03-31T02:00:00Z")), of("app-b", ready("b1", "2026-03-20T02:00:00Z")),
+				of("app-a", with(ready("a2", "2026-03-03T02:00:00Z"), backupsv1.BackupReady, false)),
+				of("app-a", missing(ready("a1", "2026-03-02T02:00:00Z"))),
+			},
+			prune: []string{"b1"}},
+		// The Plan was deleted and created again under its name (a new UID): the Backups of the old
+		// one name it too. The new one has not made a good Backup yet, so the old one's newest stays.
+		{name: "re-created Plan keeps its predecessor's newest good backup",
+			policy: &backupsv1.RetentionPolicy{KeepLast: i32(1), MaxAge: &metav1.Duration{Duration: 24 * time.Hour}},
+			items: []Item{
+				with(ready("new-2", "2026-03-31T11:00:00Z"), backupsv1.BackupReady, false),
+				with(ready("new-1", "2026-03-31T10:00:00Z"), backupsv1.BackupFailed, false),
+				with(ready("new-0", "2026-03-31T09:00:00Z"), backupsv1.BackupPending, false),
+				ready("old-2", "2026-03-02T02:00:00Z"), ready("old-1", "2026-03-01T02:00:00Z"),
+			},
+			prune: []string{"new-1", "old-1"}},
+		{name: "all-bad history: age prunes nothing, keep rules keep the newest usable",
+			policy: &backupsv1.RetentionPolicy{KeepLast: i32(1), MaxAge: &metav1.Duration{Duration: time.Hour}},
+			items: []Item{
+				with(ready("partial-new", "2026-03-31T00:00:00Z"), backupsv1.BackupReady, false),
+				missing(ready("gone", "2026-03-30T00:00:00Z")),
+				with(ready("partial-old", "2026-03-20T00:00:00Z"), backupsv1.BackupReady, false),
+				with(ready("failed", "2026-03-10T00:00:00Z"), backupsv1.BackupFailed, false),
+				with(ready("pending", "2026-03-01T00:00:00Z"), backupsv1.BackupPending, false),
+			},
+			prune: []string{"failed", "gone", "partial-old"}},
+		{name: "all-bad history under maxAge alone: nothing is pruned",
+			policy: &backupsv1.RetentionPolicy{MaxAge: &metav1.Duration{Duration: time.Hour}},
+			items: []Item{
+				with(ready("partial", "2026-03-31T00:00:00Z"), backupsv1.BackupReady, false),
+				missing(ready("gone", "2026-03-30T00:00:00Z")),
+				with(ready("failed", "2026-03-10T00:00:00Z"), backupsv1.BackupFailed, false),
+			},
+			prune: []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,6 +214,49 @@ func TestSelectNeverPrunesNewestGood(t *testing.T) {
 			newestGood := items[n/2].Name
 			for _, d := range Select(items, p, time.UTC, now) {
 				assert.NotEqual(t, newestGood, d.Name, fmt.Sprintf("policy %d with %d backups", i, n))
+			}
+		}
+	}
+}
+
+// TestSelectNeverPrunesNewestGoodOfEachApplication mixes the Backups of three applications, some of
+// them bad, under every policy: the newest good Backup of each application survives, and an
+// application without a good Backup loses nothing to maxAge.
+func TestSelectNeverPrunesNewestGoodOfEachApplication(t *testing.T) {
+	now := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
+	apps := []string{"apps.cozystack.io/VirtualMachine/vm1", "apps.cozystack.io/VirtualMachine/vm2", "apps.cozystack.io/Bucket/vm1"}
+	policies := []*backupsv1.RetentionPolicy{
+		{KeepLast: i32(1)}, {KeepDaily: i32(1)}, {KeepMonthly: i32(1)},
+		{MaxAge: &metav1.Duration{Duration: time.Nanosecond}},
+		{KeepLast: i32(1), KeepWeekly: i32(1), MaxAge: &metav1.Duration{Duration: time.Hour}},
+	}
+	for i, p := range policies {
+		for n := 3; n <= 12; n++ {
+			items := daily(n)
+			newestGood := map[string]string{}
+			for j := range items {
+				items[j].Application = apps[j%len(apps)]
+				switch j % 4 { // newest first: spoil some of the newer ones
+				case 1:
+					items[j].Good = false // partially failed
+				case 2:
+					items[j] = missing(items[j])
+				}
+				if app := items[j].Application; items[j].Good && newestGood[app] == "" {
+					newestGood[app] = items[j].Name
+				}
+			}
+			for _, d := range Select(items, p, time.UTC, now) {
+				for app, name := range newestGood {
+					assert.NotEqual(t, name, d.Name, "policy %d with %d backups: the newest good backup of %s", i, n, app)
+				}
+				if p.MaxAge != nil && d.Reason == fmt.Sprintf("older than maxAge %s", p.MaxAge.Duration) {
+					for _, it := range items {
+						if it.Name == d.Name {
+							assert.NotEmpty(t, newestGood[it.Application], "policy %d: maxAge pruned %s of %s, which has no good backup", i, d.Name, it.Application)
+						}
+					}
+				}
 			}
 		}
 	}

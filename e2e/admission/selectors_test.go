@@ -1,0 +1,51 @@
+package admission
+
+import (
+	"context"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestBackupFieldSelectors lists Backups by the selectable fields of the Backup CRD: the Plan that
+// made them, and the kind and name of their application.
+func TestBackupFieldSelectors(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	for _, doc := range []string{
+		`{metadata: {name: vm1-a}, spec: {applicationRef: {kind: VirtualMachine, name: vm1}, planRef: {name: nightly}}}`,
+		`{metadata: {name: vm1-b}, spec: {applicationRef: {kind: VirtualMachine, name: vm1}, planRef: {name: weekly}}}`,
+		`{metadata: {name: vm2-a}, spec: {applicationRef: {kind: VirtualMachine, name: vm2}, planRef: {name: nightly}}}`,
+		`{metadata: {name: bucket-vm1}, spec: {applicationRef: {kind: Bucket, name: vm1}}}`,
+	} {
+		b := mustObject(doc)
+		b.SetAPIVersion("backups.cozystack.io/v1alpha1")
+		b.SetKind("Backup")
+		b.SetNamespace(ns)
+		require.NoError(t, unstructured.SetNestedMap(b.Object, map[string]any{"apiGroup": "velerodriver.backups.cozystack.io", "kind": "VeleroBackupStrategy", "name": "s"}, "spec", "strategyRef"))
+		require.NoError(t, unstructured.SetNestedField(b.Object, "2026-04-29T02:00:00Z", "spec", "takenAt"))
+		require.NoError(t, cl.Create(ctx, b))
+	}
+	list := func(fields client.MatchingFields) []string {
+		t.Helper()
+		l := &unstructured.UnstructuredList{}
+		l.SetAPIVersion("backups.cozystack.io/v1alpha1")
+		l.SetKind("BackupList")
+		require.NoError(t, cl.List(ctx, l, client.InNamespace(ns), fields))
+		var names []string
+		for _, b := range l.Items {
+			names = append(names, b.GetName())
+		}
+		sort.Strings(names)
+		return names
+	}
+	assert.Equal(t, []string{"vm1-a", "vm1-b"}, list(client.MatchingFields{"spec.applicationRef.kind": "VirtualMachine", "spec.applicationRef.name": "vm1"}))
+	assert.Equal(t, []string{"bucket-vm1", "vm1-a", "vm1-b"}, list(client.MatchingFields{"spec.applicationRef.name": "vm1"}))
+	assert.Equal(t, []string{"bucket-vm1"}, list(client.MatchingFields{"spec.applicationRef.kind": "Bucket"}))
+	assert.Equal(t, []string{"vm1-a", "vm2-a"}, list(client.MatchingFields{"spec.planRef.name": "nightly"}))
+	assert.Empty(t, list(client.MatchingFields{"spec.applicationRef.name": "vm3"}))
+}
