@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 # Workspace modules, leaf first.
-MODULES := apis driverkit e2e/harness velerokit core-controller driver-velero driver-job verifier e2e tools
+MODULES := apis driverkit e2e/harness kubectl-coffer velerokit core-controller driver-velero driver-job verifier e2e tools
 COMPONENTS := core-controller driver-velero driver-job verifier
 
 BIN := $(CURDIR)/bin
@@ -31,7 +31,7 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into deploy/<component>/.
 		case $$c in core-controller) g=backups;; driver-velero) g=velerodriver;; driver-job) g=jobdriver;; verifier) g=security;; esac; \
 		rm -f deploy/$$c/crd/*_*.yaml; \
 		(cd apis && GOWORK=off $(CONTROLLER_GEN) crd paths=./$$g/... output:crd:dir=../deploy/$$c/crd); \
-		$(CONTROLLER_GEN) rbac:roleName=coffer-$$c paths=./$$c/internal/... output:rbac:dir=deploy/$$c/rbac; \
+		$(CONTROLLER_GEN) rbac:roleName=coffer-$$c paths=./$$c/... output:rbac:dir=deploy/$$c/rbac; \
 	done
 
 .PHONY: tidy
@@ -50,6 +50,7 @@ build: ## Build every binary into bin/ (and check every module builds and vets a
 	@for c in $(COMPONENTS); do \
 		if [ -d $$c/cmd ]; then (cd $$c && CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/...); fi; \
 	done
+	@cd kubectl-coffer && CGO_ENABLED=0 go build -trimpath -o $(BIN)/ ./cmd/kubectl-coffer
 
 .PHONY: images
 images: ## OCI image archives of every component and coffer-agent into bin/images (static binaries, user 65532, no shell; no Docker).
@@ -67,7 +68,7 @@ test: build ## Unit, envtest and real-server suites of every module (builds test
 	if [ $${#failed[@]} -gt 0 ]; then echo "FAILED modules: $${failed[*]}"; exit 1; fi
 
 # The suites behind the e2e build tag (the other e2e packages run in `make test`).
-E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./chaos/
+E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./tenancy/ ./faults/ ./chaos/
 
 .PHONY: e2e
 e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.

@@ -2,8 +2,9 @@
 # Builds the binaries of the local cluster from pinned Go modules (tools/testbin/*) into a cache
 # outside the checkout, skipping those already there. Prints the cache directory on stdout.
 #
-#   hack/testbin.sh [binary...]     default: kube-apiserver kube-controller-manager kube-scheduler kubelet etcd etcdctl etcdutl
+#   hack/testbin.sh [binary...]     default: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd etcdctl etcdutl
 #   hack/testbin.sh --velero        velero, velero-plugin-for-aws and minio (the S3 test stack)
+#   hack/testbin.sh --peers         restic and kopia (peers of coffer-agent's BenchmarkPeers)
 #
 # COFFER_TESTBIN_ROOT overrides the cache root (default $HOME/.cache/coffer/testbin).
 set -euo pipefail
@@ -14,12 +15,18 @@ ETCD_VERSION=v3.7.3
 VELERO_VERSION=v1.18.3
 VELERO_AWS_VERSION=v1.14.3
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+RESTIC_VERSION=v0.18.1
+KOPIA_VERSION=v0.22.3
 cache="${COFFER_TESTBIN_ROOT:-$HOME/.cache/coffer/testbin}"
 dir="$cache/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
 if [ "${1:-}" = --velero ]; then
 	shift
 	dir="$cache/velero-${VELERO_VERSION}_aws-${VELERO_AWS_VERSION}_minio-${MINIO_VERSION##*-}"
 	set -- velero velero-plugin-for-aws minio
+elif [ "${1:-}" = --peers ]; then
+	shift
+	dir="$cache/peers-restic-${RESTIC_VERSION}_kopia-${KOPIA_VERSION}"
+	set -- restic kopia
 fi
 mkdir -p "$dir"
 
@@ -32,13 +39,13 @@ build() { # name module-dir package ldflags
 	echo "testbin: building $name (first build is slow; see README)" >&2
 	local start=$SECONDS
 	(cd "$root/tools/testbin/$mod" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
-		go build -trimpath -ldflags="$ldflags" -o "$dir/.$name.tmp" "$pkg")
-	mv "$dir/.$name.tmp" "$dir/$name"
+		go build -trimpath -ldflags="$ldflags" -o "$dir/.$name.tmp.$$" "$pkg")
+	mv "$dir/.$name.tmp.$$" "$dir/$name"
 	echo "testbin: built $name in $((SECONDS - start))s" >&2
 }
 
 bins=("$@")
-[ ${#bins[@]} -gt 0 ] || bins=(etcd etcdctl etcdutl kube-apiserver kube-controller-manager kube-scheduler kubelet)
+[ ${#bins[@]} -gt 0 ] || bins=(etcd etcdctl etcdutl kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 for b in "${bins[@]}"; do
 	case $b in
 	etcd) build etcd etcd go.etcd.io/etcd/server/v3 "-s -w" ;;
@@ -47,7 +54,9 @@ for b in "${bins[@]}"; do
 	velero) build velero velero github.com/vmware-tanzu/velero/cmd/velero "-s -w" ;;
 	velero-plugin-for-aws) build velero-plugin-for-aws velero github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws "-s -w" ;;
 	minio) build minio minio github.com/minio/minio "-s -w" ;;
-	kube-apiserver|kube-controller-manager|kube-scheduler|kubelet)
+	restic) build restic restic github.com/restic/restic/cmd/restic "-s -w" ;;
+	kopia) build kopia kopia github.com/kopia/kopia "-s -w" ;;
+	kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl)
 		build "$b" kubernetes "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags" ;;
 	*) echo "testbin: unknown binary $b" >&2; exit 2 ;;
 	esac

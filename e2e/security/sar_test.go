@@ -41,7 +41,7 @@ var probes = []gr{
 }
 
 // gr is an API group ("core" for the empty one) and a resource, "<resource>/<subresource>" for a
-// subresource.
+// subresource; or NonResourceURLs and a URL path.
 type gr struct{ group, resource string }
 
 // subject is who holds a role in the matrix: a component's ServiceAccount, or a test user bound to
@@ -81,15 +81,19 @@ func TestServiceAccountsHoldExactlyTheDocumentedRights(t *testing.T) {
 	var rbac []*unstructured.Unstructured
 	var bindings []binding
 	people := map[string]bool{}
+	// Trees applied on their own (deploy/verifier/velero) go into Velero's namespace.
+	rbac = append(rbac, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "velero"}}})
 	for _, comp := range manifests.Components {
-		objs, err := manifests.Render(filepath.Join(root, "deploy", comp))
-		require.NoError(t, err)
-		for _, o := range objs {
-			switch o.GetKind() {
-			case "Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding":
-				rbac = append(rbac, o)
+		for _, tree := range Trees(comp) {
+			objs, err := manifests.Render(filepath.Join(root, tree))
+			require.NoError(t, err)
+			for _, o := range objs {
+				switch o.GetKind() {
+				case "Namespace", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding":
+					rbac = append(rbac, o)
+				}
+				bindings = append(bindings, bindingsOf(t, comp, o)...)
 			}
-			bindings = append(bindings, bindingsOf(t, comp, o)...)
 		}
 	}
 	bound := map[string]bool{}
@@ -269,7 +273,7 @@ func expected(doc grants, bindings []binding, s subject, ns string, res gr, verb
 			if k.role != b.role || !slices.Contains(vs, verb) {
 				continue
 			}
-			if (k.group == res.group || k.group == "*") && (k.resource == res.resource || k.resource == "*") {
+			if matches(k, res) {
 				return true, k.role + " " + k.group + " " + k.resource
 			}
 		}
@@ -277,17 +281,35 @@ func expected(doc grants, bindings []binding, s subject, ns string, res gr, verb
 	return false, ""
 }
 
-// allowed asks the API server whether s may verb res in ns.
-func allowed(ctx context.Context, c client.Client, s subject, ns string, res gr, verb string) (bool, error) {
-	group := res.group
-	if group == "core" {
-		group = ""
+// matches tells whether a row grants res: the same group and resource, where `*` stands for any
+// group or resource but never for a non-resource URL (as in RBAC).
+func matches(k key, res gr) bool {
+	if (k.group == NonResourceURLs) != (res.group == NonResourceURLs) {
+		return false
 	}
-	resource, sub, _ := strings.Cut(res.resource, "/")
-	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-		User: s.user, Groups: s.groups,
-		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource, Subresource: sub},
-	}}
+	return (k.group == res.group || k.group == "*") && (k.resource == res.resource || k.resource == "*")
+}
+
+// allowed asks the API server whether s may verb res in ns (a non-resource URL is not namespaced:
+// ns is not asked about).
+func allowed(ctx context.Context, c client.Client, s subject, ns string, res gr, verb string) (bool, error) {
+	spec := authzv1.SubjectAccessReviewSpec{User: s.user, Groups: s.groups}
+	if res.group == NonResourceURLs {
+		spec.NonResourceAttributes = &authzv1.NonResourceAttributes{Path: res.resource, Verb: verb}
+	} else {
+		group := res.group
+		if group == "core" {
+			group = ""
+		}
+		// A row restricted to resourceNames is asked about its (first) name.
+		resource, names := SplitNames(res.resource)
+		resource, sub, _ := strings.Cut(resource, "/")
+		spec.ResourceAttributes = &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource, Subresource: sub}
+		if len(names) > 0 {
+			spec.ResourceAttributes.Name = names[0]
+		}
+	}
+	sar := &authzv1.SubjectAccessReview{Spec: spec}
 	if err := c.Create(ctx, sar); err != nil {
 		return false, err
 	}

@@ -29,8 +29,13 @@ const Doc = "docs/security.md"
 // Header is the header row of every table of Doc that lists grants; other tables are ignored.
 var Header = []string{"component", "role", "apiGroup", "resource", "verbs", "why"}
 
-// key is one resource of one API group granted by one role of one component. role is
-// "ClusterRole <name>" or "Role <namespace>/<name>"; group is "core" for the empty group.
+// NonResourceURLs is the apiGroup cell of a row that grants a non-resource URL (a rule's
+// nonResourceURLs, such as /metrics); the row's resource cell is the URL.
+const NonResourceURLs = "nonResourceURLs"
+
+// key is one resource of one API group, or one non-resource URL (group NonResourceURLs), granted
+// by one role of one component. role is "ClusterRole <name>" or "Role <namespace>/<name>"; group
+// is "core" for the empty group.
 type key struct{ component, role, group, resource string }
 
 // grants maps each key to its verbs, sorted.
@@ -40,13 +45,48 @@ func (k key) row(verbs []string) string {
 	return fmt.Sprintf("| %s | %s | %s | %s | %s |", k.component, k.role, k.group, k.resource, strings.Join(verbs, ", "))
 }
 
-// shipped flattens the rules of the ClusterRoles and Roles of deploy/<component> into grants.
+// Separate lists, per component, the Kustomize trees that deploy/<component> does not include and
+// that are applied on their own: deploy/verifier/velero goes into Velero's namespace once Velero is
+// installed.
+var Separate = map[string][]string{"verifier": {"deploy/verifier/velero"}}
+
+// Trees are a component's Kustomize trees, relative to the checkout root.
+func Trees(component string) []string {
+	return append([]string{filepath.Join("deploy", component)}, Separate[component]...)
+}
+
+// withNames is the resource cell of a rule restricted to resourceNames:
+// "<resource> (resourceNames: <name>, ...)".
+func withNames(resource string, names []string) string {
+	if len(names) == 0 {
+		return resource
+	}
+	return resource + " (resourceNames: " + strings.Join(slices.Sorted(slices.Values(names)), ", ") + ")"
+}
+
+// SplitNames returns the resource and the resourceNames of a resource cell.
+func SplitNames(cell string) (resource string, names []string) {
+	resource, rest, ok := strings.Cut(cell, " (resourceNames: ")
+	if !ok || !strings.HasSuffix(rest, ")") {
+		return cell, nil
+	}
+	for _, n := range strings.Split(strings.TrimSuffix(rest, ")"), ",") {
+		names = append(names, strings.TrimSpace(n))
+	}
+	return resource, names
+}
+
+// shipped flattens the rules of the ClusterRoles and Roles of a component's trees into grants.
 func shipped(t *testing.T, root string) grants {
 	t.Helper()
 	out := grants{}
 	for _, c := range manifests.Components {
-		objs, err := manifests.Render(filepath.Join(root, "deploy", c))
-		require.NoError(t, err)
+		var objs []*unstructured.Unstructured
+		for _, dir := range Trees(c) {
+			tree, err := manifests.Render(filepath.Join(root, dir))
+			require.NoError(t, err)
+			objs = append(objs, tree...)
+		}
 		roles := 0
 		for _, o := range objs {
 			role, rules, ok := rulesOf(t, o)
@@ -55,17 +95,16 @@ func shipped(t *testing.T, root string) grants {
 			}
 			roles++
 			for _, r := range rules {
-				if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
-					t.Errorf("%s of %s has a rule with resourceNames or nonResourceURLs (%v): extend %s's table format and this test to show them",
-						role, c, r, Doc)
-					continue
+				for _, u := range r.NonResourceURLs {
+					k := key{c, role, NonResourceURLs, u}
+					out[k] = union(out[k], r.Verbs)
 				}
 				for _, g := range r.APIGroups {
 					if g == "" {
 						g = "core"
 					}
 					for _, res := range r.Resources {
-						k := key{c, role, g, res}
+						k := key{c, role, g, withNames(res, r.ResourceNames)}
 						out[k] = union(out[k], r.Verbs)
 					}
 				}
@@ -221,11 +260,22 @@ func TestDocParser(t *testing.T) {
 		"|---|---|---|---|---|---|",
 		"| core-controller | ClusterRole coffer-core-controller | `backups.cozystack.io` | `plans/status` | patch | `Status().Patch` |",
 		"| verifier | ClusterRole coffer-verifier | `*` | `*` | get | the sandbox diff |",
+		"| core-controller | ClusterRole coffer-metrics-reader | nonResourceURLs | `/metrics` | get | Prometheus scrapes |",
+		"| verifier | ClusterRole coffer-verifier | `rbac.authorization.k8s.io` | `clusterroles` (resourceNames: `coffer-verifier-sandbox`) | bind | the sandbox binding |",
 		"",
 		"| ignored | after the table |",
 	}, "\n")), 0o600))
 	want := grants{}
 	want[key{"core-controller", "ClusterRole coffer-core-controller", "backups.cozystack.io", "plans/status"}] = []string{"patch"}
 	want[key{"verifier", "ClusterRole coffer-verifier", "*", "*"}] = []string{"get"}
+	want[key{"core-controller", "ClusterRole coffer-metrics-reader", NonResourceURLs, "/metrics"}] = []string{"get"}
+	named := withNames("clusterroles", []string{"coffer-verifier-sandbox"})
+	want[key{"verifier", "ClusterRole coffer-verifier", "rbac.authorization.k8s.io", named}] = []string{"bind"}
 	require.Equal(t, want, documented(t, path))
+	res, names := SplitNames(named)
+	require.Equal(t, "clusterroles", res)
+	require.Equal(t, []string{"coffer-verifier-sandbox"}, names)
+	res, names = SplitNames("plans/status")
+	require.Equal(t, "plans/status", res)
+	require.Empty(t, names)
 }

@@ -105,7 +105,7 @@ type BackupVerifyResultStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=bvres,categories=backups
+// +kubebuilder:resource:shortName=bvres,categories=coffer
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
 // +kubebuilder:printcolumn:name="Run",type=string,JSONPath=`.spec.runRef.name`
 // +kubebuilder:printcolumn:name="Worst",type=string,JSONPath=`.status.worstSeverity`

@@ -128,7 +128,7 @@ type BackupVerifyRunStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=bvr,categories=backups
+// +kubebuilder:resource:shortName=bvr,categories=coffer
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`

@@ -115,7 +115,7 @@ type SecurityEventSpec struct {
 // SecurityEvent is a cluster-scoped, immutable record of a security-relevant event.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=se,categories=backups
+// +kubebuilder:resource:scope=Cluster,shortName=se,categories=coffer
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.class`

@@ -49,7 +49,7 @@ type VeleroBackupStrategySpec struct {
 // VeleroBackupStrategy is a cluster-scoped strategy run by the Coffer Velero driver.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,categories=backups
+// +kubebuilder:resource:scope=Cluster,shortName=vbs,categories=coffer
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type VeleroBackupStrategy struct {
 	metav1.TypeMeta   `json:",inline"`
