@@ -316,7 +316,7 @@ func TestDescribeJobDriverRun(t *testing.T) {
 		Spec: backupsv1.BackupJobSpec{PlanRef: &corev1.LocalObjectReference{Name: "shop-nightly"},
 			ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: "files"},
 		Status: backupsv1.BackupJobStatus{Phase: backupsv1.BackupJobRunning, StartedAt: &created,
-			Strategy: &backupsv1.RunStrategy{BackupClassName: "files", StrategyRef: jobStrategy},
+			Strategy:   &backupsv1.RunStrategy{BackupClassName: "files", StrategyRef: jobStrategy},
 			Conditions: []metav1.Condition{{Type: "Accepted", Status: "True", Reason: "Claimed", Message: "Claimed by coffer-driver-job"}}},
 	}
 	bj := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "backup-b1-job-uid", Namespace: "shop", UID: "batch-uid",
