@@ -27,8 +27,9 @@ func TestComponentsRender(t *testing.T) {
 			}
 			assert.Equal(t, "Namespace", objs[0].GetKind(), "namespaces come first")
 			if c == "verifier" {
-				assert.Equal(t, 1, kinds["ValidatingAdmissionPolicy"])
-				assert.Equal(t, 1, kinds["ValidatingAdmissionPolicyBinding"])
+				// The sandbox-suffix policy on runs, and the confinement of the verifier itself.
+				assert.Equal(t, 2, kinds["ValidatingAdmissionPolicy"])
+				assert.Equal(t, 2, kinds["ValidatingAdmissionPolicyBinding"])
 			}
 			if c == "core-controller" {
 				assert.Equal(t, 1, kinds["PrometheusRule"])
