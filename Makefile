@@ -13,6 +13,7 @@ GO_TEST_FLAGS ?= -race -count=1
 # The binaries of the local cluster live outside the checkout (hack/testbin.sh), so fresh clones reuse them.
 TESTBIN = $(shell hack/testbin.sh)
 VELEROBIN = $(shell hack/testbin.sh --velero)
+PROMBIN = $(shell hack/testbin.sh --prometheus)
 
 .PHONY: help
 help: ## List the targets.
@@ -57,13 +58,14 @@ images: ## OCI image archives of every component and coffer-agent into bin/image
 	cd e2e && go run ./cmd/images -out $(BIN)/images
 
 .PHONY: testbin
-testbin: ## Build the local cluster's binaries (and Velero, MinIO) from source into ~/.cache/coffer/testbin (skips what is there).
+testbin: ## Build the local cluster's binaries (and Velero, MinIO, promtool) from source into ~/.cache/coffer/testbin (skips what is there).
 	hack/testbin.sh
 	hack/testbin.sh --velero
+	hack/testbin.sh --prometheus
 
 .PHONY: test
 test: build ## Unit, envtest and real-server suites of every module (builds testbin when missing).
-	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)"; \
+	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_PROMETHEUS_ASSETS="$(PROMBIN)"; \
 	failed=(); for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || failed+=("$$m"); done; \
 	if [ $${#failed[@]} -gt 0 ]; then echo "FAILED modules: $${failed[*]}"; exit 1; fi
 

@@ -105,7 +105,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	if err := controllers.Setup(ctx, mgr, o.controllers); err != nil {
 		return err
 	}
-	if err := metrics.Register(ctrlmetrics.Registry, mgr.GetCache()); err != nil {
+	if err := metrics.Register(ctrlmetrics.Registry, mgr.GetCache(), mgr.Elected()); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -1,6 +1,11 @@
 // Package metrics exposes the core controller's Prometheus metrics. State (per-Plan times, skipped
 // ticks, BackupJobs by phase) comes from a scrape-time collector over the informer cache, so
 // deleted objects leave no stale series; run durations are a histogram observed once per run.
+//
+// Every replica keeps a cache, but only the elected leader reports the state: the collector of
+// the others reports nothing, so each per-Plan series is exported once however many replicas run
+// (docs/core-controller.md, "Metrics"). The counters and the histogram move only where the
+// controllers run, which is the leader too.
 package metrics
 
 import (
@@ -30,6 +35,8 @@ var UnclaimedFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"namespace", "kind", "reason"})
 
 var (
+	createdDesc = prometheus.NewDesc("coffer_plan_created_timestamp_seconds",
+		"Unix time at which the Plan was created (a Plan that never succeeded is judged by its age).", []string{"namespace", "plan"}, nil)
 	lastSuccessDesc = prometheus.NewDesc("coffer_plan_last_successful_time_seconds",
 		"Unix time at which the newest successful BackupJob of the Plan completed.", []string{"namespace", "plan"}, nil)
 	nextScheduleDesc = prometheus.NewDesc("coffer_plan_next_schedule_time_seconds",
@@ -43,22 +50,43 @@ var (
 		"1 when the Plan is valid, scheduling and its BackupClass resolves, 0 when it is suspended or invalid or its class does not resolve.", []string{"namespace", "plan"}, nil)
 	jobsDesc = prometheus.NewDesc("coffer_backupjobs",
 		"BackupJobs by namespace and phase (Unclaimed: no driver has taken it yet).", []string{"namespace", "phase"}, nil)
+	oldestRunningDesc = prometheus.NewDesc("coffer_backupjob_oldest_running_start_time_seconds",
+		"Unix time at which the oldest Running BackupJob of the namespace started (absent when none runs).", []string{"namespace"}, nil)
 )
 
 // Collector reads Plans and BackupJobs from a cache at scrape time.
 type Collector struct {
 	Reader client.Reader
+	// Elected is closed once this replica leads (the manager's Elected()); until then the
+	// collector reports nothing. Nil reports always.
+	Elected <-chan struct{}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{lastSuccessDesc, nextScheduleDesc, lastScheduleDesc, skippedDesc, readyDesc, jobsDesc} {
+	for _, d := range []*prometheus.Desc{createdDesc, lastSuccessDesc, nextScheduleDesc, lastScheduleDesc, skippedDesc, readyDesc, jobsDesc, oldestRunningDesc} {
 		ch <- d
+	}
+}
+
+// leading tells whether this replica is the elected leader.
+func (c *Collector) leading() bool {
+	if c.Elected == nil {
+		return true
+	}
+	select {
+	case <-c.Elected:
+		return true
+	default:
+		return false
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if !c.leading() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	plans := &backupsv1.PlanList{}
@@ -66,6 +94,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, p := range plans.Items {
 			labels := []string{p.Namespace, p.Name}
 			for desc, t := range map[*prometheus.Desc]*time.Time{
+				createdDesc:      timeOf(&p.CreationTimestamp),
 				lastSuccessDesc:  timeOf(p.Status.LastSuccessfulTime),
 				nextScheduleDesc: timeOf(p.Status.NextScheduleTime),
 				lastScheduleDesc: timeOf(p.Status.LastScheduleTime),
@@ -87,33 +116,43 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	jobs := &backupsv1.BackupJobList{}
 	if err := c.Reader.List(ctx, jobs); err == nil {
 		counts := map[[2]string]int{}
+		oldest := map[string]time.Time{}
 		for _, j := range jobs.Items {
 			phase := string(j.Status.Phase)
 			if !j.IsClaimed() && !j.IsTerminal() {
 				phase = "Unclaimed"
 			}
 			counts[[2]string{j.Namespace, phase}]++
+			if j.Status.Phase == backupsv1.BackupJobRunning && j.Status.StartedAt != nil {
+				if o, ok := oldest[j.Namespace]; !ok || j.Status.StartedAt.Time.Before(o) {
+					oldest[j.Namespace] = j.Status.StartedAt.Time
+				}
+			}
 		}
 		for k, n := range counts {
 			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
+		}
+		for ns, t := range oldest {
+			ch <- prometheus.MustNewConstMetric(oldestRunningDesc, prometheus.GaugeValue, float64(t.Unix()), ns)
 		}
 	}
 }
 
 func timeOf(t *metav1.Time) *time.Time {
-	if t == nil {
+	if t == nil || t.IsZero() {
 		return nil
 	}
 	return &t.Time
 }
 
-// Register adds the core metrics to reg.
-func Register(reg prometheus.Registerer, reader client.Reader) error {
+// Register adds the core metrics to reg. The state collector reads reader and reports only once
+// elected is closed (the manager's Elected(), closed at once without leader election).
+func Register(reg prometheus.Registerer, reader client.Reader, elected <-chan struct{}) error {
 	if err := reg.Register(JobDuration); err != nil {
 		return err
 	}
 	if err := reg.Register(UnclaimedFailed); err != nil {
 		return err
 	}
-	return reg.Register(&Collector{Reader: reader})
+	return reg.Register(&Collector{Reader: reader, Elected: elected})
 }

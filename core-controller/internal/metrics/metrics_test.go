@@ -3,11 +3,13 @@ package metrics
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +42,9 @@ func TestCollectorReportsStateAtScrapeTime(t *testing.T) {
 			Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "VM", Name: "vm"}, BackupClassName: "c"}}
 		require.NoError(t, env.Client.Create(ctx, j))
 		j.Status.Phase = phase
+		if phase == backupsv1.BackupJobRunning {
+			j.Status.StartedAt = &metav1.Time{Time: time.Unix(1500, 0)}
+		}
 		require.NoError(t, env.Client.Status().Update(ctx, j))
 	}
 	c := &Collector{Reader: nsReader{env.Client, ns}}
@@ -61,12 +66,42 @@ coffer_plan_ready{namespace="NS",plan="nightly"} 1
 coffer_backupjobs{namespace="NS",phase="Failed"} 1
 coffer_backupjobs{namespace="NS",phase="Running"} 1
 coffer_backupjobs{namespace="NS",phase="Unclaimed"} 1
+# HELP coffer_backupjob_oldest_running_start_time_seconds Unix time at which the oldest Running BackupJob of the namespace started (absent when none runs).
+# TYPE coffer_backupjob_oldest_running_start_time_seconds gauge
+coffer_backupjob_oldest_running_start_time_seconds{namespace="NS"} 1500
+# HELP coffer_plan_created_timestamp_seconds Unix time at which the Plan was created (a Plan that never succeeded is judged by its age).
+# TYPE coffer_plan_created_timestamp_seconds gauge
+coffer_plan_created_timestamp_seconds{namespace="NS",plan="nightly"} CREATED
 `
-	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(strings.ReplaceAll(want, "NS", ns))))
+	want = strings.ReplaceAll(want, "NS", ns)
+	want = strings.ReplaceAll(want, "CREATED", strconv.FormatInt(p.CreationTimestamp.Unix(), 10))
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want)))
 
 	// A deleted Plan leaves no stale series.
 	require.NoError(t, env.Client.Delete(ctx, p))
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(""), "coffer_plan_ready", "coffer_plan_skipped_ticks_total"))
+}
+
+// TestCollectorReportsOnlyOnceElected: a replica that does not lead exports no state, so the
+// per-Plan series come from one replica however many run.
+func TestCollectorReportsOnlyOnceElected(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	p := &backupsv1.Plan{
+		ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: ns},
+		Spec: backupsv1.PlanSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "VM", Name: "vm"},
+			BackupClassName: "c", Schedule: backupsv1.PlanSchedule{Cron: "@hourly"}},
+	}
+	require.NoError(t, env.Client.Create(ctx, p))
+	elected := make(chan struct{})
+	c := &Collector{Reader: nsReader{env.Client, ns}, Elected: elected}
+
+	assert.Zero(t, testutil.CollectAndCount(c), "a replica that does not lead reports nothing")
+	close(elected)
+	assert.Equal(t, 1, testutil.CollectAndCount(c, "coffer_plan_ready"), "the leader reports the Plan")
+	assert.Equal(t, 1, testutil.CollectAndCount(c, "coffer_plan_created_timestamp_seconds"),
+		"a Plan that never succeeded still has its creation time")
+	assert.Zero(t, testutil.CollectAndCount(c, "coffer_plan_last_successful_time_seconds"))
 }
 
 // nsReader confines the collector to one test namespace (other tests share the API server).

@@ -105,7 +105,8 @@ func waitEstablished(ctx context.Context, c client.Client, name string) error {
 }
 
 // nodeless are the kinds of deploy/ that a control plane without nodes can take: everything but
-// the workloads (Deployments) and the monitoring objects (whose CRDs a bare cluster lacks).
+// the workloads (Deployments). (The monitoring objects, whose CRDs a bare cluster lacks, are not in
+// deploy/<component> but in the optional deploy/monitoring/<component>.)
 var nodeless = map[string]bool{
 	"CustomResourceDefinition": true, "Namespace": true, "ServiceAccount": true, "Service": true,
 	"ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
@@ -113,7 +114,7 @@ var nodeless = map[string]bool{
 }
 
 // InstallNodeless applies, for every component, what deploy/<component> ships apart from its
-// workloads and monitoring objects: the CRDs, namespaces, RBAC and admission policies.
+// workloads: the CRDs, namespaces, RBAC, admission policies and metrics Service.
 func InstallNodeless(ctx context.Context, c client.Client, root string) error {
 	for _, comp := range Components {
 		objs, err := Render(filepath.Join(root, "deploy", comp))

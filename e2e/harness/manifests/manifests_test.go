@@ -9,7 +9,8 @@ import (
 )
 
 // TestComponentsRender is `kubectl kustomize deploy/<component>` for each component: every tree
-// renders and ships what a component needs.
+// renders and ships what a component needs, and nothing of the Prometheus Operator's (a bare
+// cluster lacks its CRDs); deploy/monitoring/<component> adds its ServiceMonitor and PrometheusRule.
 func TestComponentsRender(t *testing.T) {
 	root, err := RepoRoot()
 	require.NoError(t, err)
@@ -22,8 +23,12 @@ func TestComponentsRender(t *testing.T) {
 				kinds[o.GetKind()]++
 			}
 			for _, k := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-				"Role", "RoleBinding", "Deployment", "Service", "ServiceMonitor"} {
+				"Role", "RoleBinding", "Deployment", "Service"} {
 				assert.Positive(t, kinds[k], "deploy/%s ships a %s", c, k)
+			}
+			for _, o := range objs {
+				assert.NotEqual(t, "monitoring.coreos.com", o.GroupVersionKind().Group,
+					"deploy/%s ships %s %s: monitoring objects belong in deploy/%s/monitoring", c, o.GetKind(), o.GetName(), c)
 			}
 			assert.Equal(t, "Namespace", objs[0].GetKind(), "namespaces come first")
 			if c == "verifier" {
@@ -31,9 +36,16 @@ func TestComponentsRender(t *testing.T) {
 				assert.Equal(t, 2, kinds["ValidatingAdmissionPolicy"])
 				assert.Equal(t, 2, kinds["ValidatingAdmissionPolicyBinding"])
 			}
-			if c == "core-controller" {
-				assert.Equal(t, 1, kinds["PrometheusRule"])
+
+			with, err := Render(filepath.Join(root, "deploy", "monitoring", c))
+			require.NoError(t, err)
+			mon := map[string]int{}
+			for _, o := range with {
+				mon[o.GetKind()]++
 			}
+			assert.Equal(t, 1, mon["ServiceMonitor"], "deploy/monitoring/%s adds a ServiceMonitor", c)
+			assert.Equal(t, 1, mon["PrometheusRule"], "deploy/monitoring/%s adds a PrometheusRule", c)
+			assert.Len(t, with, len(objs)+2, "deploy/monitoring/%s is deploy/%s and its two monitoring objects", c, c)
 		})
 	}
 }
