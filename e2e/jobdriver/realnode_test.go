@@ -5,8 +5,12 @@
 // static binary) against MinIO; driver-job runs as a process under its shipped RBAC. Besides the
 // lifecycle and the conformance suite, a namespace holding a Backup is deleted: it goes at once,
 // the cleanup Job it can no longer hold is not needed, and the artifact is kept and said so in an
-// ArtifactKept warning that outlives the namespace (contract BK-7). It needs root (see
-// e2e/harness/node) and is part of `make e2e`.
+// ArtifactKept warning that outlives the namespace (contract BK-7). Last, driver-job and
+// core-controller (also a process) are SIGKILLed at seeded random moments (COFFER_CHAOS_SEED
+// reproduces a schedule) while a Plan fires every minute with keepLast retention, ad-hoc backups
+// run, Backups are restored into other applications and deleted: every run must end Succeeded
+// within its deadline with one Job, and retention, cleanups and restores must come out exact. It
+// needs root (see e2e/harness/node) and is part of `make e2e`.
 package jobdriver
 
 import (
@@ -61,6 +65,8 @@ type env struct {
 	data   string // host directory holding one directory per application: <data>/<ns>/<app>
 	driver *components.Component
 	n      *node.Node
+	// root is the repository, work the directory the components' binaries are built into.
+	root, work string
 }
 
 func TestJobDriverOnARealNode(t *testing.T) {
@@ -101,6 +107,7 @@ func TestJobDriverOnARealNode(t *testing.T) {
 			},
 		})
 	})
+	t.Run("kill -9 of driver-job and core-controller amid a Plan, restores and deletions", e.chaos)
 }
 
 func start(t *testing.T, ctx context.Context) *env {
@@ -136,7 +143,7 @@ func start(t *testing.T, ctx context.Context) *env {
 
 	data := filepath.Join(work, "volumes")
 	require.NoError(t, os.MkdirAll(data, 0o755))
-	return &env{t: t, ctx: ctx, cl: cl, s3: s3, data: data, driver: driver, n: n}
+	return &env{t: t, ctx: ctx, cl: cl, s3: s3, data: data, driver: driver, n: n, root: root, work: work}
 }
 
 func (e *env) params() map[string]string {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
@@ -52,6 +53,12 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 }
 
 func (d *Driver) startCleanup(ctx context.Context, b *backupsv1.Backup, jr jobs.Run) (driverkit.DeleteOutcome, error) {
+	// The cache may still show a Backup this driver has just released: the deletion of the cleanup
+	// Job, which enqueues the Backup again, can reach the cache before the Backup's own deletion.
+	// A Job created for it would be left behind, since nothing reconciles a Backup that is gone.
+	if held, err := d.stillHeld(ctx, b); err != nil || !held {
+		return driverkit.DeleteOutcome{}, err
+	}
 	strat, err := driverkit.GetStrategy(ctx, d.Client, b.Spec.StrategyRef, &jobapi.JobBackupStrategy{})
 	if err != nil {
 		return driverkit.DeleteOutcome{}, err
@@ -85,4 +92,14 @@ func artifactURI(b *backupsv1.Backup) string {
 		return "(none recorded)"
 	}
 	return b.Status.Artifact.URI
+}
+
+// stillHeld reads the Backup uncached and reports whether it still exists (the same object) and
+// holds the cleanup finalizer.
+func (d *Driver) stillHeld(ctx context.Context, b *backupsv1.Backup) (bool, error) {
+	live := &backupsv1.Backup{}
+	if err := d.Live.Get(ctx, client.ObjectKeyFromObject(b), live); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return live.UID == b.UID && controllerutil.ContainsFinalizer(live, names.Finalizer), nil
 }

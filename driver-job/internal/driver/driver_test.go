@@ -635,6 +635,36 @@ func TestBackupDeletionRunsCleanup(t *testing.T) {
 	require.Empty(t, f.jobsOf(names.KindBackup))
 }
 
+// The deletion of a finished cleanup Job enqueues its Backup again, and may reach the cache before
+// the Backup's own deletion: a Backup the driver has released, seen stale, gets no second cleanup
+// Job (nothing would delete it, since nothing reconciles a Backup that is gone).
+func TestReleasedBackupSeenStaleGetsNoCleanupJob(t *testing.T) {
+	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) { s.CleanupTemplate = ptr.To(agentTemplate("cleanup")) })
+	b := f.succeededBackup()
+	require.NoError(t, cl.Delete(f.ctx, b))
+	stale := get(t, b).DeepCopy() // being deleted, still holding the finalizer
+	r := f.cleanupReconciler()
+	reconcileOnce(t, r, b)
+	cleanups := f.jobsOf(names.KindBackup)
+	require.Len(t, cleanups, 1)
+	f.finish(&cleanups[0], 0, "", "")
+	reconcileOnce(t, r, b)
+	require.True(t, apierrors.IsNotFound(cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{})), "released")
+	require.Empty(t, f.jobsOf(names.KindBackup))
+
+	cacheView := interceptor.NewClient(cl, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if bk, ok := obj.(*backupsv1.Backup); ok && key == client.ObjectKeyFromObject(stale) {
+				stale.DeepCopyInto(bk)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	reconcileOnce(t, f.kit(cacheView).BackupReconciler(), b)
+	require.Empty(t, f.jobsOf(names.KindBackup), "no cleanup Job for a Backup that is gone")
+}
+
 // Without a cleanup template a Backup has no finalizer; if the template is removed later, the
 // Backup is released with a Warning that the artifact stays.
 func TestBackupDeletionWithoutCleanupTemplate(t *testing.T) {
