@@ -91,7 +91,10 @@ func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return b.Complete(r)
 	}
-	if err := add(k.Name+"-backupjob", &backupsv1.BackupJob{}, k.BackupJobWatches, reconcile.Func(k.reconcileBackupJob)); err != nil {
+	// A class created or edited after a run naming it wakes the run: a driver whose cache did not
+	// have the class yet when the run arrived would otherwise leave it for core to fail unclaimed.
+	jobWatches := append([]Watch{{Object: &backupsv1.BackupClass{}, Handler: handler.EnqueueRequestsFromMapFunc(k.unclaimedRunsOf)}}, k.BackupJobWatches...)
+	if err := add(k.Name+"-backupjob", &backupsv1.BackupJob{}, jobWatches, reconcile.Func(k.reconcileBackupJob)); err != nil {
 		return err
 	}
 	// A Backup deleted under a running restore wakes that restore (contract RJ-8).
@@ -123,6 +126,22 @@ func (k *Kit[S]) BackupReconciler() reconcile.Reconciler {
 
 func (k *Kit[S]) strategy(ctx context.Context, ref backupsv1.RunStrategy) (S, error) {
 	return GetStrategy(ctx, k.Client, ref.StrategyRef, k.NewStrategy())
+}
+
+// unclaimedRunsOf maps a BackupClass to the unclaimed, unfinished BackupJobs that name it.
+func (k *Kit[S]) unclaimedRunsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &backupsv1.BackupJobList{}
+	if err := k.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the BackupJobs of a BackupClass")
+		return nil
+	}
+	var out []reconcile.Request
+	for _, j := range list.Items {
+		if j.Spec.BackupClassName == o.GetName() && !j.IsTerminal() && j.ClaimedBy() == "" {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&j)})
+		}
+	}
+	return out
 }
 
 // restoresOf maps a Backup to the unfinished RestoreJobs of its namespace that restore it.

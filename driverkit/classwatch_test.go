@@ -1,0 +1,86 @@
+package driverkit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/driverkit"
+)
+
+// A run created before its class (both applied at once, the class reaching the driver's cache
+// second) is claimed once the class arrives: the class's event wakes it. Without that, nothing
+// looks at the run again and core fails it unclaimed after its claim timeout.
+func TestAClassCreatedAfterItsRunWakesTheRun(t *testing.T) {
+	f := newFixture(t)
+	f.driver.backup = inProgress("copying")
+	late := f.ns + "-late"
+	job := f.backupJob(late)
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	kit := &driverkit.Kit[S]{Name: driverName, Strategy: f.kit.Strategy, NewStrategy: newStrategyObject,
+		Finalizer: finalizer, Driver: f.driver, Clock: f.clock, Recorder: f.events}
+	require.NoError(t, kit.SetupWithManager(mgr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+
+	// The kit has seen the run with its class missing (not this driver's yet) and left it.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return reconciles(t, driverName+"-backupjob") > 0, nil
+	}), "the kit never reconciled the run")
+	f.get(job)
+	require.Empty(t, job.ClaimedBy(), "no class yet: nobody claims the run")
+
+	class := &backupsv1.BackupClass{}
+	require.NoError(t, cl.Get(f.ctx, client.ObjectKey{Name: f.class}, class))
+	class.ObjectMeta = metav1.ObjectMeta{Name: late}
+	f.create(class)
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), class) })
+
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		f.get(job)
+		return job.ClaimedBy() == driverName, nil
+	})
+	require.NoError(t, err, "the run was not claimed after its class appeared (phase %q)", job.Status.Phase)
+	require.Equal(t, backupsv1.BackupJobRunning, job.Status.Phase)
+}
+
+// reconciles is controller-runtime's count of finished reconciles of the named controller.
+func reconciles(t *testing.T, controller string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	require.NoError(t, err)
+	var n float64
+	for _, mf := range families {
+		if mf.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
