@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -84,29 +85,14 @@ runs, last success, history limits, and its Backup in retention) but moves no ti
 				return fmt.Errorf("creating a BackupJob of Plan %s: %w", plan.Name, err)
 			}
 			job := obj.(*backupsv1.BackupJob)
-			if !wf.wait {
-				return o.report(job, out)
-			}
-			if !out.objects() {
-				fmt.Fprintf(o.Out, "%s created\n", resource(job))
-			}
-			w := o.progress(out)
-			_, werr := o.waitFor(ctx, w, resource(job), wf.timeout, func(ctx context.Context) (view.State, error) {
-				err := c.Get(ctx, client.ObjectKeyFromObject(job), job)
-				return view.BackupJobState(job), err
+			return o.follow(ctx, c, job, wf, out, func() view.State { return view.BackupJobState(job) }, func(w io.Writer, werr error) {
+				if werr == nil && job.Status.BackupRef != nil {
+					b := &backupsv1.Backup{}
+					if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: job.Status.BackupRef.Name}, b); err == nil {
+						fmt.Fprintf(w, "Backup %s: %s\n", b.Name, backupSummary(b))
+					}
+				}
 			})
-			if werr == nil && job.Status.BackupRef != nil {
-				b := &backupsv1.Backup{}
-				if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: job.Status.BackupRef.Name}, b); err == nil {
-					fmt.Fprintf(w, "Backup %s: %s\n", b.Name, backupSummary(b))
-				}
-			}
-			if out.objects() {
-				if err := out.printer().PrintObj(job, o.Out); err != nil {
-					return err
-				}
-			}
-			return werr
 		},
 	}
 	wf.addFlags(cmd, "BackupJob")
@@ -151,26 +137,11 @@ admits it only when you may create RestoreJobs there too.`,
 				return fmt.Errorf("creating a RestoreJob of Backup %s: %w", b.Name, err)
 			}
 			rj := obj.(*backupsv1.RestoreJob)
-			if !wf.wait {
-				return o.report(rj, out)
-			}
-			if !out.objects() {
-				fmt.Fprintf(o.Out, "%s created\n", resource(rj))
-			}
-			w := o.progress(out)
-			_, werr := o.waitFor(ctx, w, resource(rj), wf.timeout, func(ctx context.Context) (view.State, error) {
-				err := c.Get(ctx, client.ObjectKeyFromObject(rj), rj)
-				return view.RestoreJobState(rj), err
-			})
-			if werr == nil && rj.Status.Items != nil {
-				fmt.Fprintf(w, "Restored into %s: %s\n", rj.TargetNamespace(), items(rj.Status.Items))
-			}
-			if out.objects() {
-				if err := out.printer().PrintObj(rj, o.Out); err != nil {
-					return err
+			return o.follow(ctx, c, rj, wf, out, func() view.State { return view.RestoreJobState(rj) }, func(w io.Writer, werr error) {
+				if werr == nil && rj.Status.Items != nil {
+					fmt.Fprintf(w, "Restored into %s: %s\n", rj.TargetNamespace(), items(rj.Status.Items))
 				}
-			}
-			return werr
+			})
 		},
 	}
 	cmd.Flags().StringVar(&toNamespace, "to-namespace", "", "Restore into this namespace instead of the Backup's own (option targetNamespace).")
@@ -220,30 +191,15 @@ Verification kinds are for cluster admins: the run is created in --verify-namesp
 				return fmt.Errorf("creating a BackupVerifyRun of Backup %s: %w", b.Name, err)
 			}
 			run := obj.(*securityv1.BackupVerifyRun)
-			if !wf.wait {
-				return o.report(run, out)
-			}
-			if !out.objects() {
-				fmt.Fprintf(o.Out, "%s created\n", resource(run))
-			}
-			w := o.progress(out)
-			_, werr := o.waitFor(ctx, w, resource(run), wf.timeout, func(ctx context.Context) (view.State, error) {
-				err := c.Get(ctx, client.ObjectKeyFromObject(run), run)
-				return view.VerifyRunState(run), err
+			return o.follow(ctx, c, run, wf, out, func() view.State { return view.VerifyRunState(run) }, func(w io.Writer, _ error) {
+				if run.Status.Phase.IsTerminal() {
+					worst := string(run.Status.WorstSeverity)
+					if worst == "" {
+						worst = "none"
+					}
+					fmt.Fprintf(w, "Worst finding: %s; the findings are in BackupVerifyResult %s/%s\n", worst, run.Namespace, run.Status.ResultRef)
+				}
 			})
-			if run.Status.Phase.IsTerminal() {
-				worst := string(run.Status.WorstSeverity)
-				if worst == "" {
-					worst = "none"
-				}
-				fmt.Fprintf(w, "Worst finding: %s; the findings are in BackupVerifyResult %s/%s\n", worst, run.Namespace, run.Status.ResultRef)
-			}
-			if out.objects() {
-				if err := out.printer().PrintObj(run, o.Out); err != nil {
-					return err
-				}
-			}
-			return werr
 		},
 	}
 	cmd.Flags().BoolVar(&full, "full", false, "Restore into a sandbox namespace and compare it with the backup, instead of checking the checksum only.")
@@ -251,6 +207,31 @@ Verification kinds are for cluster admins: the run is created in --verify-namesp
 	wf.addFlags(cmd, "verification")
 	out.addFlag(cmd)
 	return cmd
+}
+
+// follow ends a command that created obj: without --wait it reports obj; with --wait it re-reads
+// obj until state says it is terminal, printing progress, then lets done print a summary
+// (given the wait's error) and prints obj if -o asks for objects.
+func (o *Options) follow(ctx context.Context, c client.Client, obj client.Object, wf *waitFlags, out *output,
+	state func() view.State, done func(w io.Writer, werr error)) error {
+	if !wf.wait {
+		return o.report(obj, out)
+	}
+	if !out.objects() {
+		fmt.Fprintf(o.Out, "%s created\n", resource(obj))
+	}
+	w := o.progress(out)
+	_, werr := o.waitFor(ctx, w, resource(obj), wf.timeout, func(ctx context.Context) (view.State, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return state(), err
+	})
+	done(w, werr)
+	if out.objects() {
+		if err := out.printer().PrintObj(obj, o.Out); err != nil {
+			return err
+		}
+	}
+	return werr
 }
 
 // clientAndNamespace is the client and the namespace of -n.
