@@ -75,11 +75,71 @@ type BackupStatus struct {
 	// +optional
 	Artifact *BackupArtifact `json:"artifact,omitempty"`
 
-	// conditions: ArtifactAvailable and PartiallyFailed.
+	// verification holds the newest verdict of each verification mode. It and the Verified
+	// condition are written by the backup verifier only (contract BK-10); drivers preserve them.
+	// +optional
+	Verification *BackupVerification `json:"verification,omitempty"`
+
+	// conditions: ArtifactAvailable and PartiallyFailed (the driver's), Verified (the verifier's).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// BackupVerification is what the backup verifier proved about a Backup, per mode.
+type BackupVerification struct {
+	// checksum is the newest checksum-only verdict: the stored artifact's size and SHA-256
+	// against status.artifact.
+	// +optional
+	Checksum *VerificationVerdict `json:"checksum,omitempty"`
+
+	// fullRestore is the newest full-restore verdict: the Backup restored into a sandbox and
+	// compared with what it holds.
+	// +optional
+	FullRestore *VerificationVerdict `json:"fullRestore,omitempty"`
+}
+
+// VerificationResult is the outcome of a verification, as recorded on a Backup.
+// +kubebuilder:validation:Enum=Passed;Failed
+type VerificationResult string
+
+const (
+	// VerificationPassed: the verification ran and found nothing high or worse.
+	VerificationPassed VerificationResult = "Passed"
+	// VerificationFailed: the verification ran and found the Backup bad (a mismatch). A
+	// verification that could not be carried out is no verdict and is not recorded here.
+	VerificationFailed VerificationResult = "Failed"
+)
+
+// VerificationVerdict is one verification's verdict on a Backup.
+type VerificationVerdict struct {
+	// result is Passed or Failed.
+	// +required
+	Result VerificationResult `json:"result"`
+
+	// time is when the verification ended.
+	// +required
+	Time metav1.Time `json:"time"`
+
+	// resultRef names the BackupVerifyResult (security.ugallu.io) holding the findings.
+	// +optional
+	ResultRef *VerificationResultRef `json:"resultRef,omitempty"`
+
+	// message summarises the verdict.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// VerificationResultRef locates a BackupVerifyResult.
+type VerificationResultRef struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // Backup is one backup artifact of an application: a stable thing to list and restore from. It
@@ -99,6 +159,7 @@ type BackupStatus struct {
 // +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.spec.applicationRef.name`
 // +kubebuilder:printcolumn:name="Taken",type=date,JSONPath=`.spec.takenAt`
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.artifact.sizeBytes`
+// +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.conditions[?(@.type=="Verified")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Backup struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -25,6 +25,25 @@ const (
 	// ConditionPartiallyFailed on a Backup is True when the driver completed with errors; the
 	// message lists them. Retention never treats such a Backup as the newest good one.
 	ConditionPartiallyFailed = "PartiallyFailed"
+
+	// ConditionVerified on a Backup is written by the backup verifier only (contract BK-10): True
+	// once a verification passed and none failed, with reason RestoreVerified (a full-restore
+	// passed) or ChecksumVerified (only checksum-only did); False with ChecksumMismatch or
+	// RestoreMismatch once a verification found the Backup bad. A False Backup is not good: retention
+	// never counts it as the newest good one. Absent: never verified.
+	ConditionVerified = "Verified"
+)
+
+// Reasons of the Verified condition.
+const (
+	// ReasonChecksumVerified: the stored artifact matches status.artifact; no full-restore yet.
+	ReasonChecksumVerified = "ChecksumVerified"
+	// ReasonRestoreVerified: the Backup was restored into a sandbox and matched what it holds.
+	ReasonRestoreVerified = "RestoreVerified"
+	// ReasonChecksumMismatch: the stored artifact differs from status.artifact (or is gone).
+	ReasonChecksumMismatch = "ChecksumMismatch"
+	// ReasonRestoreMismatch: the Backup did not restore, or restored other content than it holds.
+	ReasonRestoreMismatch = "RestoreMismatch"
 )
 
 // Condition reasons.
@@ -70,6 +89,10 @@ const (
 	ReasonTemplateRenderFailed = "TemplateRenderFailed"
 	// ReasonArtifactReportInvalid: the driver could not locate the artifact it produced.
 	ReasonArtifactReportInvalid = "ArtifactReportInvalid"
+	// ReasonTTLShorterThanRetention: the storage would expire the run's artifact before the
+	// retention of the run's Plan lets its Backup go (RetentionPolicy.Span, contract BK-9); the run
+	// fails before creating anything, and the message names both durations.
+	ReasonTTLShorterThanRetention = "TTLShorterThanRetention"
 	// ReasonDeadlineExceeded: the run did not finish within the strategy's deadline.
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	// ReasonSucceeded: the run completed.

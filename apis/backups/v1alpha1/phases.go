@@ -25,7 +25,8 @@ func (r *RestoreJob) IsClaimed() bool {
 }
 
 // IsGood reports whether the Backup is usable for a restore: Ready, its artifact known to exist,
-// and not partially failed. Retention never prunes the newest good Backup.
+// not partially failed, and not found bad by a verification (Verified=False). Retention never
+// prunes the newest good Backup.
 func (b *Backup) IsGood() bool {
 	if b.Status.Phase != BackupReady || b.DeletionTimestamp != nil {
 		return false
@@ -36,9 +37,26 @@ func (b *Backup) IsGood() bool {
 			return false
 		case c.Type == ConditionPartiallyFailed && c.Status == "True":
 			return false
+		case c.Type == ConditionVerified && c.Status == "False":
+			return false
 		}
 	}
 	return true
+}
+
+// RestoreVerified reports whether the Backup is good and a full-restore verification proved it
+// restorable (Verified=True, reason RestoreVerified, which the verifier derives from
+// status.verification). Retention never prunes the newest such Backup of an application.
+func (b *Backup) RestoreVerified() bool {
+	if !b.IsGood() {
+		return false
+	}
+	for _, c := range b.Status.Conditions {
+		if c.Type == ConditionVerified {
+			return c.Status == "True" && c.Reason == ReasonRestoreVerified
+		}
+	}
+	return false
 }
 
 // ArtifactMissing reports whether the driver found the Backup's artifact gone

@@ -49,8 +49,36 @@ func TestBackupIsGood(t *testing.T) {
 		{"artifact gone", Backup{Status: BackupStatus{Phase: BackupReady, Conditions: []metav1.Condition{cond(ConditionArtifactAvailable, metav1.ConditionFalse)}}}, false},
 		{"partially failed", Backup{Status: BackupStatus{Phase: BackupReady, Conditions: []metav1.Condition{cond(ConditionPartiallyFailed, metav1.ConditionTrue)}}}, false},
 		{"being deleted", Backup{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: BackupStatus{Phase: BackupReady}}, false},
+		{"verified", Backup{Status: BackupStatus{Phase: BackupReady, Conditions: []metav1.Condition{cond(ConditionVerified, metav1.ConditionTrue)}}}, true},
+		{"found bad by a verification", Backup{Status: BackupStatus{Phase: BackupReady, Conditions: []metav1.Condition{cond(ConditionVerified, metav1.ConditionFalse)}}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, tt.b.IsGood()) })
+	}
+}
+
+func TestBackupRestoreVerified(t *testing.T) {
+	verified := func(status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: ConditionVerified, Status: status, Reason: reason}
+	}
+	ready := func(conds ...metav1.Condition) Backup {
+		return Backup{Status: BackupStatus{Phase: BackupReady, Conditions: conds}}
+	}
+	tests := []struct {
+		name string
+		b    Backup
+		want bool
+	}{
+		{"never verified", ready(), false},
+		{"checksum only", ready(verified(metav1.ConditionTrue, ReasonChecksumVerified)), false},
+		{"restored", ready(verified(metav1.ConditionTrue, ReasonRestoreVerified)), true},
+		{"restore failed", ready(verified(metav1.ConditionFalse, ReasonRestoreMismatch)), false},
+		{"restored, then the checksum failed", ready(verified(metav1.ConditionFalse, ReasonChecksumMismatch)), false},
+		{"restored, artifact gone since", ready(verified(metav1.ConditionTrue, ReasonRestoreVerified),
+			metav1.Condition{Type: ConditionArtifactAvailable, Status: metav1.ConditionFalse}), false},
+		{"restored, not Ready", Backup{Status: BackupStatus{Phase: BackupFailed, Conditions: []metav1.Condition{verified(metav1.ConditionTrue, ReasonRestoreVerified)}}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { assert.Equal(t, tt.want, tt.b.RestoreVerified()) })
 	}
 }

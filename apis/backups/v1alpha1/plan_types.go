@@ -171,6 +171,12 @@ type PlanStatus struct {
 	// +optional
 	LastBackupRef *corev1.LocalObjectReference `json:"lastBackupRef,omitempty"`
 
+	// lastRestorableBackup is the newest good Backup of this Plan that a full-restore
+	// verification proved restorable (Backup.RestoreVerified): the recovery point the Plan can be
+	// trusted to reach. Its age is the Plan's restorable RPO.
+	// +optional
+	LastRestorableBackup *RestorablePoint `json:"lastRestorableBackup,omitempty"`
+
 	// active lists the BackupJobs of this Plan that are not terminal.
 	// +optional
 	// +listType=atomic
@@ -189,6 +195,17 @@ type PlanStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// RestorablePoint names a Backup proven restorable and when it was taken.
+type RestorablePoint struct {
+	// name of the Backup, in the Plan's namespace.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// takenAt of the Backup.
+	// +required
+	TakenAt metav1.Time `json:"takenAt"`
+}
+
 // Plan schedules backups of one application.
 //
 // +kubebuilder:object:root=true
@@ -199,6 +216,7 @@ type PlanStatus struct {
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule.cron`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Last",type=date,JSONPath=`.status.lastScheduleTime`
+// +kubebuilder:printcolumn:name="Restorable",type=date,JSONPath=`.status.lastRestorableBackup.takenAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Plan struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -114,6 +114,12 @@ type RestoreJobList struct {
 // it is not the RestoreJob's own (contract RJ-5, RJ-9).
 const OptionTargetNamespace = "targetNamespace"
 
+// OptionInert is the standard restore option asking the driver to restore nothing that runs
+// ("true"): no Pods, and workloads that start none where the driver can say so (contract RJ-12).
+// The backup verifier sets it on the restores into its sandboxes, which also hold a ResourceQuota
+// of zero pods, so a driver that ignores it cannot make a sandbox run anything either.
+const OptionInert = "inert"
+
 // RestoreTargetPolicy is the ValidatingAdmissionPolicy (and its binding) that authorizes a restore
 // into another namespace.
 const RestoreTargetPolicy = "coffer-restore-target"

@@ -12,9 +12,10 @@ import (
 // The Job driver sets these environment variables in every container of the Jobs it creates, so
 // that an agent needs no templating. They are the contract between the driver and any agent.
 const (
-	// EnvMode is "backup", "restore" or "cleanup".
+	// EnvMode is "backup", "restore", "cleanup" or "check".
 	EnvMode = "COFFER_MODE"
-	// EnvRunKind is the kind of the object the Job serves: BackupJob, RestoreJob or Backup (cleanup).
+	// EnvRunKind is the kind of the object the Job serves: BackupJob, RestoreJob or Backup (cleanup
+	// and check).
 	EnvRunKind = "COFFER_RUN_KIND"
 	// EnvRunName, EnvRunNamespace and EnvRunUID identify that object. An agent derives unique
 	// artifact names from them.
@@ -26,10 +27,10 @@ const (
 	EnvApplicationAPIGroup = "COFFER_APPLICATION_API_GROUP"
 	EnvApplicationKind     = "COFFER_APPLICATION_KIND"
 	EnvApplicationName     = "COFFER_APPLICATION_NAME"
-	// EnvBackupName is the Backup restored or cleaned up (restore and cleanup only).
+	// EnvBackupName is the Backup restored, cleaned up or checked (restore, cleanup and check only).
 	EnvBackupName = "COFFER_BACKUP_NAME"
-	// EnvArtifactURI, EnvArtifactChecksum and EnvArtifactSizeBytes describe the artifact to restore
-	// or delete (restore and cleanup only), as the backup's agent reported them.
+	// EnvArtifactURI, EnvArtifactChecksum and EnvArtifactSizeBytes describe the artifact to restore,
+	// delete or check (restore, cleanup and check only), as the backup's agent reported them.
 	EnvArtifactURI       = "COFFER_ARTIFACT_URI"
 	EnvArtifactChecksum  = "COFFER_ARTIFACT_CHECKSUM"
 	EnvArtifactSizeBytes = "COFFER_ARTIFACT_SIZE_BYTES"
@@ -66,6 +67,11 @@ const (
 	ModeBackup  = "backup"
 	ModeRestore = "restore"
 	ModeCleanup = "cleanup"
+	// ModeCheck asks whether a Backup's artifact still exists: the driver runs the strategy's
+	// cleanupTemplate (which reaches the object store) in this mode, on a period, and the agent
+	// reports a CheckReport. An agent that cannot tell (the store does not answer, access denied)
+	// exits non-zero: the check is inconclusive and changes nothing.
+	ModeCheck = "check"
 )
 
 // ParamEnvName is the environment variable that carries a BackupClass parameter: the key in upper
@@ -163,4 +169,48 @@ func (r *ArtifactReport) Validate() error {
 		}
 	}
 	return nil
+}
+
+// CheckReport is what an agent in check mode writes, as one JSON object, to its container's
+// termination message, when it could tell whether the artifact exists: {"exists": true,
+// "sizeBytes": 123}. sizeBytes is the stored object's size (0 when it does not exist); the driver
+// compares it with the Backup's.
+type CheckReport struct {
+	// Exists says whether the object at the artifact URI exists.
+	Exists bool `json:"exists"`
+	// SizeBytes is the object's size in bytes.
+	SizeBytes int64 `json:"sizeBytes"`
+}
+
+// ParseCheckReport decodes and validates a check agent's termination message. Unknown fields,
+// missing fields, trailing data and a negative size are errors that say what is wrong; the driver
+// then takes the check as inconclusive.
+func ParseCheckReport(msg string) (*CheckReport, error) {
+	msg = strings.TrimSpace(msg)
+	if msg == "" {
+		return nil, fmt.Errorf("the termination message is empty; the agent must write {\"exists\":true|false,\"sizeBytes\":...} to /dev/termination-log")
+	}
+	if len(msg) > MaxReportBytes {
+		return nil, fmt.Errorf("the report is %d bytes, more than %d", len(msg), MaxReportBytes)
+	}
+	var raw struct {
+		Exists    *bool  `json:"exists"`
+		SizeBytes *int64 `json:"sizeBytes"`
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(msg)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("the termination message is not a check report: %w", err)
+	}
+	switch {
+	case dec.More():
+		return nil, fmt.Errorf("the termination message holds more than one JSON value")
+	case raw.Exists == nil:
+		return nil, fmt.Errorf("check report field exists is missing")
+	case raw.SizeBytes == nil:
+		return nil, fmt.Errorf("check report field sizeBytes is missing")
+	case *raw.SizeBytes < 0:
+		return nil, fmt.Errorf("check report field sizeBytes is negative (%d)", *raw.SizeBytes)
+	}
+	return &CheckReport{Exists: *raw.Exists, SizeBytes: *raw.SizeBytes}, nil
 }

@@ -68,3 +68,38 @@ func manyEntries(n int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+func TestParseCheckReport(t *testing.T) {
+	cases := []struct {
+		name, msg, err string
+		want           CheckReport
+	}{
+		{"exists", `{"exists":true,"sizeBytes":4096}`, "", CheckReport{Exists: true, SizeBytes: 4096}},
+		{"gone", " {\"exists\":false,\"sizeBytes\":0}\n", "", CheckReport{}},
+		{"empty", "", "empty", CheckReport{}},
+		{"an error message", "check failed: access denied", "not a check report", CheckReport{}},
+		{"unknown field", `{"exists":true,"sizeBytes":1,"uri":"s3://b/k"}`, "unknown field", CheckReport{}},
+		{"no exists", `{"sizeBytes":1}`, "exists is missing", CheckReport{}},
+		{"no size", `{"exists":true}`, "sizeBytes is missing", CheckReport{}},
+		{"negative size", `{"exists":true,"sizeBytes":-1}`, "negative", CheckReport{}},
+		{"two values", `{"exists":true,"sizeBytes":1} {}`, "more than one", CheckReport{}},
+		{"too long", `{"exists":true,` + strings.Repeat(" ", MaxReportBytes) + `"sizeBytes":1}`, "more than", CheckReport{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseCheckReport(tc.msg)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if *r != tc.want {
+					t.Fatalf("decoded %+v, want %+v", *r, tc.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}

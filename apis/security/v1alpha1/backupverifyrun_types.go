@@ -5,12 +5,16 @@ import (
 )
 
 // Backend is where the backup under verification lives.
-// +kubebuilder:validation:Enum=velero;etcd-snapshot
+// +kubebuilder:validation:Enum=velero;etcd-snapshot;coffer
 type Backend string
 
 const (
 	BackendVelero       Backend = "velero"
 	BackendEtcdSnapshot Backend = "etcd-snapshot"
+	// BackendCoffer verifies a backups.cozystack.io Backup, whatever driver made it:
+	// checksum-only reads the artifact its status records, full-restore restores it through the
+	// driver contract (a RestoreJob into the sandbox).
+	BackendCoffer Backend = "coffer"
 )
 
 // Mode is how deeply a backup is verified.
@@ -20,7 +24,8 @@ type Mode string
 const (
 	// ModeChecksumOnly recomputes the SHA-256 of the payload and compares it with the recorded one.
 	ModeChecksumOnly Mode = "checksum-only"
-	// ModeFullRestore (Velero only) restores into a sandbox namespace and diffs it with the backup.
+	// ModeFullRestore (velero and coffer backends) restores into a sandbox namespace and diffs it
+	// with the backup.
 	ModeFullRestore Mode = "full-restore"
 )
 
@@ -43,21 +48,23 @@ func (p RunPhase) IsTerminal() bool { return p == RunSucceeded || p == RunFailed
 
 // BackupRef names the backup to verify.
 type BackupRef struct {
-	// name is the velero.io Backup name (velero backend) or the snapshot file, relative to
-	// --etcd-snapshot-dir (etcd-snapshot backend).
+	// name is the velero.io Backup name (velero backend), the backups.cozystack.io Backup name
+	// (coffer backend) or the snapshot file, relative to --etcd-snapshot-dir (etcd-snapshot
+	// backend).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 
-	// namespace is the namespace of the velero.io Backup. Unset means "velero".
+	// namespace is the namespace of the velero.io Backup (unset: "velero") or of the
+	// backups.cozystack.io Backup (unset: the run's namespace).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace,omitempty"`
 }
 
 // BackupVerifyRunSpec is one verification. It is immutable once created.
-// +kubebuilder:validation:XValidation:rule="self.backend == 'velero' || self.mode == 'checksum-only'",message="full-restore is supported only by the velero backend"
+// +kubebuilder:validation:XValidation:rule="self.backend != 'etcd-snapshot' || self.mode == 'checksum-only'",message="full-restore is supported only by the velero and coffer backends"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'full-restore' || has(self.sandboxNamespace)",message="sandboxNamespace is required for full-restore"
 type BackupVerifyRunSpec struct {
 	// backend is velero or etcd-snapshot.

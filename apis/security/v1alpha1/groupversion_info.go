@@ -23,6 +23,7 @@ var (
 			&BackupVerifyRun{}, &BackupVerifyRunList{},
 			&BackupVerifyResult{}, &BackupVerifyResultList{},
 			&SecurityEvent{}, &SecurityEventList{},
+			&BackupVerifyPolicy{}, &BackupVerifyPolicyList{},
 		)
 		metav1.AddToGroupVersion(s, GroupVersion)
 		return nil

@@ -7,4 +7,14 @@ const (
 	LabelRunUID = Group + "/run-uid"
 	// LabelRun on results, restores and events names the run they belong to.
 	LabelRun = Group + "/run"
+	// LabelPolicy on a run names the BackupVerifyPolicy that created it.
+	LabelPolicy = Group + "/policy"
+	// LabelBackupUID on a run of the coffer backend holds the UID of the Backup it verifies.
+	LabelBackupUID = Group + "/backup-uid"
+	// LabelPlan on a policy's run names the Plan of the Backup it verifies.
+	LabelPlan = Group + "/plan"
 )
+
+// CodeContentMismatch: a full-restore found an object in its sandbox whose content differs from
+// its copy in the backup (after the normalization the verifier documents); severity high.
+const CodeContentMismatch = "content-mismatch"

@@ -52,6 +52,19 @@ const (
 	CodeCleanupFailed           = "cleanup-failed"
 	CodeFindingsTruncated       = "findings-truncated"
 	CodeChecksumMatch           = "checksum-match"
+
+	// Codes of the coffer backend (backups.cozystack.io Backups).
+
+	// CodeSizeMismatch: the stored artifact's size differs from the Backup's status.artifact.
+	CodeSizeMismatch = "size-mismatch"
+	// CodeArtifactMissing: the storage has no object where the Backup's artifact should be.
+	CodeArtifactMissing = "artifact-missing"
+	// CodeBackupNotFound: the Backup named by the run does not exist (or is being deleted).
+	CodeBackupNotFound = "backup-not-found"
+	// CodeBackupNotReady: the Backup is not Ready with an artifact: there is nothing to verify.
+	CodeBackupNotReady = "backup-not-ready"
+	// CodeRestoreSucceeded: the Backup's driver restored it into the sandbox.
+	CodeRestoreSucceeded = "restore-succeeded"
 )
 
 // CodeCheckNotRun: the verifier could not run one of its checks. It is a fault of the verifier's
@@ -60,11 +73,12 @@ const CodeCheckNotRun = "check-not-run"
 
 var codePriority = func() map[string]int {
 	order := []string{
-		CodeChecksumMismatch, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned,
+		CodeChecksumMismatch, CodeSizeMismatch, CodeArtifactMissing, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned,
+		CodeBackupNotFound, CodeBackupNotReady,
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
 		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,
 		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded,
-		CodeCleanupFailed, CodeFindingsTruncated, CodeChecksumMatch,
+		CodeCleanupFailed, CodeFindingsTruncated, CodeChecksumMatch, CodeRestoreSucceeded,
 	}
 	m := make(map[string]int, len(order))
 	for i, c := range order {

@@ -29,3 +29,11 @@ var (
 	// AddToScheme adds the kinds of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// Driver metadata keys driver-velero writes on the Backups it makes: where the Velero backup is.
+// The backup verifier reads them to find a Backup's tarball.
+const (
+	MetaBackupName      = "veleroBackupName"
+	MetaNamespace       = "veleroNamespace"
+	MetaStorageLocation = "backupStorageLocationName"
+)

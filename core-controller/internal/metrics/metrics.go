@@ -48,6 +48,9 @@ var (
 		[]string{"namespace", "plan"}, nil)
 	readyDesc = prometheus.NewDesc("coffer_plan_ready",
 		"1 when the Plan is valid, scheduling and its BackupClass resolves, 0 when it is suspended or invalid or its class does not resolve.", []string{"namespace", "plan"}, nil)
+	restorableDesc = prometheus.NewDesc("coffer_plan_last_restorable_backup_timestamp_seconds",
+		"Unix time at which the newest Backup of the Plan that a full-restore verification proved restorable was taken (absent when none was): time() minus it is the Plan's restorable RPO.",
+		[]string{"namespace", "plan"}, nil)
 	jobsDesc = prometheus.NewDesc("coffer_backupjobs",
 		"BackupJobs by namespace and phase (Unclaimed: no driver has taken it yet).", []string{"namespace", "phase"}, nil)
 	oldestRunningDesc = prometheus.NewDesc("coffer_backupjob_oldest_running_start_time_seconds",
@@ -64,7 +67,7 @@ type Collector struct {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{createdDesc, lastSuccessDesc, nextScheduleDesc, lastScheduleDesc, skippedDesc, readyDesc, jobsDesc, oldestRunningDesc} {
+	for _, d := range []*prometheus.Desc{createdDesc, lastSuccessDesc, nextScheduleDesc, lastScheduleDesc, restorableDesc, skippedDesc, readyDesc, jobsDesc, oldestRunningDesc} {
 		ch <- d
 	}
 }
@@ -93,7 +96,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if err := c.Reader.List(ctx, plans); err == nil {
 		for _, p := range plans.Items {
 			labels := []string{p.Namespace, p.Name}
+			var restorable *metav1.Time
+			if r := p.Status.LastRestorableBackup; r != nil {
+				restorable = &r.TakenAt
+			}
 			for desc, t := range map[*prometheus.Desc]*time.Time{
+				restorableDesc:   timeOf(restorable),
 				createdDesc:      timeOf(&p.CreationTimestamp),
 				lastSuccessDesc:  timeOf(p.Status.LastSuccessfulTime),
 				nextScheduleDesc: timeOf(p.Status.NextScheduleTime),

@@ -250,3 +250,36 @@ func TestRetentionKeepsTheNewestGoodOfEachApplication(t *testing.T) {
 		"Normal BackupPruned Pruned Backup vm1-1: kept by no keepLast, keepDaily, keepWeekly or keepMonthly rule",
 	}, h.drainEvents())
 }
+
+// TestRetentionTrustsVerification: a Backup a verification found bad is pruned (kept by no rule,
+// not good), the newest Backup a full-restore proved restorable is kept though keepLast would let
+// it go, and the Plan shows it as its restorable point.
+func TestRetentionTrustsVerification(t *testing.T) {
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.Retention = &backupsv1.RetentionPolicy{KeepLast: ptr(int32(1))}
+		p.Spec.StartingDeadlineSeconds = ptr(int64(1))
+	})
+	base := h.plan.CreationTimestamp.Time
+	verified := func(status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: backupsv1.ConditionVerified, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(base)}
+	}
+	newBackup(h, "b-proven-old", base.Add(-5*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonRestoreVerified))
+	proven := newBackup(h, "b-proven", base.Add(-4*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonRestoreVerified))
+	newBackup(h, "b-mid", base.Add(-3*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonChecksumVerified))
+	newBackup(h, "b-good", base.Add(-2*time.Hour), backupsv1.BackupReady)
+	newBackup(h, "b-bad", base.Add(-time.Hour), backupsv1.BackupReady, verified(metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch))
+	h.reconcile()
+
+	list := &backupsv1.BackupList{}
+	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
+	var left []string
+	for _, b := range list.Items {
+		left = append(left, b.Name)
+	}
+	assert.ElementsMatch(t, []string{"b-good", "b-proven"}, left,
+		"keepLast 1 keeps the newest usable Backup (b-bad is not usable); the newest restore-verified one is never pruned")
+	require.NotNil(t, h.plan.Status.LastRestorableBackup, "the Plan shows its restorable point")
+	assert.Equal(t, "b-proven", h.plan.Status.LastRestorableBackup.Name)
+	assert.Equal(t, proven.Spec.TakenAt.Unix(), h.plan.Status.LastRestorableBackup.TakenAt.Unix())
+	assert.Contains(t, h.drainEvents(), "Normal BackupPruned Pruned Backup b-bad: a verification found it bad")
+}

@@ -274,7 +274,7 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 	}
 	byName := map[string]*backupsv1.Backup{}
 	var items []retention.Item
-	var newest *backupsv1.Backup
+	var newest, restorable *backupsv1.Backup
 	for i := range list.Items {
 		b := &list.Items[i]
 		if !b.DeletionTimestamp.IsZero() {
@@ -282,14 +282,25 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 		}
 		byName[b.Name] = b
 		items = append(items, retention.Item{Name: b.Name, Application: applicationKey(b.Spec.ApplicationRef),
-			TakenAt: b.Spec.TakenAt.Time, Phase: b.Status.Phase, Good: b.IsGood(), ArtifactMissing: b.ArtifactMissing()})
+			TakenAt: b.Spec.TakenAt.Time, Phase: b.Status.Phase, Good: b.IsGood(), ArtifactMissing: b.ArtifactMissing(),
+			VerifyFailed: meta.IsStatusConditionFalse(b.Status.Conditions, backupsv1.ConditionVerified), RestoreVerified: b.RestoreVerified()})
 		if newest == nil || b.Spec.TakenAt.After(newest.Spec.TakenAt.Time) {
 			newest = b
+		}
+		if b.RestoreVerified() && applicationKey(b.Spec.ApplicationRef) == applicationKey(s.plan.Spec.ApplicationRef) &&
+			(restorable == nil || b.Spec.TakenAt.After(restorable.Spec.TakenAt.Time)) {
+			restorable = b
 		}
 	}
 	s.plan.Status.LastBackupRef = nil
 	if newest != nil {
 		s.plan.Status.LastBackupRef = &corev1.LocalObjectReference{Name: newest.Name}
+	}
+	// The recovery point this Plan has proof for (of its current application). Retention never
+	// prunes it (retention.Select), so it changes only when a newer one is proven or it goes bad.
+	s.plan.Status.LastRestorableBackup = nil
+	if restorable != nil {
+		s.plan.Status.LastRestorableBackup = &backupsv1.RestorablePoint{Name: restorable.Name, TakenAt: restorable.Spec.TakenAt}
 	}
 	loc := time.UTC
 	if s.sched != nil {

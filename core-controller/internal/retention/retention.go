@@ -22,6 +22,10 @@ type Item struct {
 	Good bool
 	// ArtifactMissing is Backup.ArtifactMissing(): the driver found the artifact gone.
 	ArtifactMissing bool
+	// VerifyFailed is a Verified=False condition: a verification found the Backup bad.
+	VerifyFailed bool
+	// RestoreVerified is Backup.RestoreVerified(): good, and proven restorable by full-restore.
+	RestoreVerified bool
 }
 
 // Decision is the outcome for one Backup that is pruned; Reason says which rule let it go.
@@ -37,13 +41,15 @@ type Decision struct {
 //
 //   - A nil policy prunes nothing. Pending Backups (still being written) are never pruned.
 //   - keepLast, keepDaily, keepWeekly (ISO weeks) and keepMonthly keep usable Backups (Ready, and
-//     the artifact not known missing; partially failed ones count): the newest N, and the newest
-//     of each of the last N days, weeks and months that have one. A Backup kept by any rule is
-//     kept. Failed Backups and those whose artifact is missing are kept by none.
+//     the artifact not known missing, not found bad by a verification; partially failed ones
+//     count): the newest N, and the newest of each of the last N days, weeks and months that have
+//     one. A Backup kept by any rule is kept. Failed Backups, those whose artifact is missing and
+//     those a verification found bad are kept by none.
 //   - With no keep rule set, every Backup is kept unless maxAge prunes it.
 //   - maxAge prunes anything older, even if a keep rule holds it, but only in a group that has a
 //     good Backup: age never takes the last Backups a restore might still use.
-//   - The newest good Backup of the group is never pruned, whatever the policy says.
+//   - The newest good Backup of the group is never pruned, whatever the policy says, and neither
+//     is the newest one a full-restore verification proved restorable.
 func Select(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now time.Time) []Decision {
 	if p == nil {
 		return nil
@@ -78,7 +84,7 @@ func selectGroup(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location,
 	anyKeepRule := p.KeepLast != nil || p.KeepDaily != nil || p.KeepWeekly != nil || p.KeepMonthly != nil
 	var usable []Item
 	for _, it := range sorted {
-		if it.Phase == backupsv1.BackupReady && !it.ArtifactMissing {
+		if it.Phase == backupsv1.BackupReady && !it.ArtifactMissing && !it.VerifyFailed {
 			usable = append(usable, it)
 		}
 	}
@@ -94,17 +100,19 @@ func selectGroup(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location,
 	})
 	bucketKeep(usable, val(p.KeepMonthly), keep, func(t time.Time) string { return t.In(loc).Format("2006-01") })
 
-	var newestGood string
+	var newestGood, newestRestorable string
 	for _, it := range sorted {
-		if it.Good {
+		if it.Good && newestGood == "" {
 			newestGood = it.Name
-			break
+		}
+		if it.RestoreVerified && newestRestorable == "" {
+			newestRestorable = it.Name
 		}
 	}
 
 	var prune []Decision
 	for _, it := range sorted {
-		if it.Phase == backupsv1.BackupPending || it.Phase == "" || it.Name == newestGood {
+		if it.Phase == backupsv1.BackupPending || it.Phase == "" || it.Name == newestGood || it.Name == newestRestorable {
 			continue
 		}
 		switch {
@@ -117,6 +125,8 @@ func selectGroup(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location,
 				reason = "failed"
 			case it.ArtifactMissing:
 				reason = "its artifact is missing"
+			case it.VerifyFailed:
+				reason = "a verification found it bad"
 			}
 			prune = append(prune, Decision{Name: it.Name, Reason: reason})
 		}

@@ -261,3 +261,45 @@ func TestSelectNeverPrunesNewestGoodOfEachApplication(t *testing.T) {
 		}
 	}
 }
+
+// verifiedBad marks a Ready backup found bad by a verification (Verified=False).
+func verifiedBad(it Item) Item {
+	it.Good, it.VerifyFailed = false, true
+	return it
+}
+
+// restorable marks a good backup proven restorable by a full-restore verification.
+func restorable(it Item) Item {
+	it.RestoreVerified = true
+	return it
+}
+
+// TestSelectTrustsVerification: a Backup a verification found bad is kept by no rule (and pruned
+// with that reason), so keepLast keeps the next usable one instead; and the newest Backup a
+// full-restore proved restorable survives every policy, even when newer good ones exist.
+func TestSelectTrustsVerification(t *testing.T) {
+	now := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
+	items := daily(5) // b-0331 (newest) ... b-0327
+	items[0] = verifiedBad(items[0])
+	ds := Select(items, &backupsv1.RetentionPolicy{KeepLast: i32(2)}, time.UTC, now)
+	assert.Equal(t, []string{"b-0327", "b-0328", "b-0331"}, names(ds), "keepLast 2 keeps the two newest usable backups, b-0330 and b-0329")
+	for _, d := range ds {
+		if d.Name == "b-0331" {
+			assert.Equal(t, "a verification found it bad", d.Reason)
+		}
+	}
+
+	for i, p := range []*backupsv1.RetentionPolicy{
+		{KeepLast: i32(0)}, {KeepLast: i32(1)}, {KeepDaily: i32(1)},
+		{MaxAge: &metav1.Duration{Duration: time.Nanosecond}},
+		{KeepLast: i32(0), KeepDaily: i32(0), KeepWeekly: i32(0), KeepMonthly: i32(0), MaxAge: &metav1.Duration{}},
+	} {
+		items := daily(6)
+		items[3] = restorable(items[3])
+		items[5] = restorable(items[5]) // older, also proven: may go
+		pruned := names(Select(items, p, time.UTC, now))
+		assert.NotContains(t, pruned, items[3].Name, "policy %d: the newest restore-verified backup is kept", i)
+		assert.NotContains(t, pruned, items[0].Name, "policy %d: the newest good backup is kept", i)
+		assert.Contains(t, pruned, items[4].Name, "policy %d: an unprotected older backup is pruned", i)
+	}
+}

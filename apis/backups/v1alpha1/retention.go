@@ -1,0 +1,89 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Periods of the keep rules in RetentionSpan: a day, an ISO week, and a month counted at its
+// longest, so that the span is never shorter than what the rule can keep.
+const (
+	RetentionDay   = 24 * time.Hour
+	RetentionWeek  = 7 * RetentionDay
+	RetentionMonth = 31 * RetentionDay
+)
+
+// RetentionSpan is how long a Plan's retention can keep a Backup, for storage that expires
+// artifacts on its own (contract BK-9): such storage must keep each artifact at least this long.
+//
+// +kubebuilder:object:generate=false
+type RetentionSpan struct {
+	// Bounded is false when no rule bounds the span in time: there is then nothing to compare
+	// with (see RetentionPolicy.Span).
+	Bounded bool
+	// Duration is the span when Bounded (time.Duration's maximum when a rule covers more).
+	Duration time.Duration
+	// Rule names the rule that sets the span, for messages: "maxAge 720h0m0s",
+	// "keepMonthly: 6 (6 × 31 days)".
+	Rule string
+}
+
+// Span returns how long the policy's rules can keep a Backup by its age. It leaves out the newest
+// good Backup of each application, which retention keeps whatever its age and which no finite span
+// covers.
+//
+//   - maxAge bounds every rule: the span is maxAge, or shorter when keepLast is unset and the
+//     longest of keepDaily, keepWeekly and keepMonthly covers less (keepDaily N: N days,
+//     keepWeekly N: N weeks, keepMonthly N: N × 31 days).
+//   - Without maxAge, the span is what the longest of keepDaily, keepWeekly and keepMonthly covers,
+//     while the Plan makes a Backup every day, week or month they count.
+//   - keepLast keeps a number of Backups, not an age: how long depends on the schedule and on how
+//     many runs fail. Without maxAge it adds nothing to the span; keepLast alone is unbounded, and
+//     so are a nil policy (every Backup is kept) and a policy without any rule.
+//
+// Span works on a nil policy.
+func (p *RetentionPolicy) Span() RetentionSpan {
+	if p == nil {
+		return RetentionSpan{Rule: "no retention (every Backup is kept)"}
+	}
+	var keep RetentionSpan
+	for _, r := range []struct {
+		name   string
+		n      *int32
+		period time.Duration
+		unit   string
+	}{
+		{"keepDaily", p.KeepDaily, RetentionDay, "days"},
+		{"keepWeekly", p.KeepWeekly, RetentionWeek, "weeks"},
+		{"keepMonthly", p.KeepMonthly, RetentionMonth, "× 31 days"},
+	} {
+		if r.n == nil || *r.n < 1 {
+			continue
+		}
+		if d := multiply(*r.n, r.period); !keep.Bounded || d > keep.Duration {
+			keep = RetentionSpan{Bounded: true, Duration: d, Rule: fmt.Sprintf("%s: %d (%d %s)", r.name, *r.n, *r.n, r.unit)}
+		}
+	}
+	if p.MaxAge != nil && p.MaxAge.Duration > 0 {
+		if p.KeepLast == nil && keep.Bounded && keep.Duration < p.MaxAge.Duration {
+			return keep
+		}
+		return RetentionSpan{Bounded: true, Duration: p.MaxAge.Duration, Rule: "maxAge " + p.MaxAge.Duration.String()}
+	}
+	switch {
+	case keep.Bounded:
+		return keep
+	case p.KeepLast != nil:
+		return RetentionSpan{Rule: fmt.Sprintf("keepLast: %d without maxAge (a count of Backups, not an age)", *p.KeepLast)}
+	}
+	return RetentionSpan{Rule: "no rule (every Backup is kept)"}
+}
+
+// multiply is n × period, capped at time.Duration's maximum (keepMonthly: 10000 is 849 years).
+func multiply(n int32, period time.Duration) time.Duration {
+	if time.Duration(n) > time.Duration(math.MaxInt64)/period {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(n) * period
+}
