@@ -50,7 +50,8 @@ func (d *Driver) Backup(ctx context.Context, run *driverkit.BackupRun[Strategy])
 
 // ensureVeleroBackup finds the run's velero.io Backup or creates it from the rendered template.
 // The backup holds the BackupJob's namespace only: a template may name that namespace (or "*"),
-// never another one.
+// never another one. Its ttl must outlast the retention of the run's Plan (checkTTL); a Velero
+// Backup that exists already (a crash after its creation) is adopted without that check.
 func (d *Driver) ensureVeleroBackup(ctx context.Context, run *driverkit.BackupRun[Strategy]) (*velerov1.Backup, error) {
 	job, strat := run.Job, run.Strategy
 	key := client.ObjectKey{Namespace: veleroNamespace(strat), Name: names.VeleroBackup(job)}
@@ -88,6 +89,9 @@ func (d *Driver) ensureVeleroBackup(ctx context.Context, run *driverkit.BackupRu
 		spec.StorageLocation = run.Resolved.Parameters[names.ParamStorageLocation]
 	}
 	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
+	if err := d.checkTTL(ctx, job, strat, &spec); err != nil {
+		return nil, err
+	}
 	vb = &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: names.JobLabels(job),
 		Annotations: map[string]string{names.AnnotationRun: job.Namespace + "/" + job.Name}}, Spec: spec}
 	if err := d.Client.Create(ctx, vb); err != nil {

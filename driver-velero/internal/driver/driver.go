@@ -9,9 +9,12 @@ package driver
 // restore-target policy binding through the manager's cache (get, list, watch), claims runs and
 // writes their status with Status().Patch (patch on the status subresources), creates Backups and
 // releases their finalizer with a merge patch, and emits events through events.k8s.io. It reads
-// applications uncached (unstructured), so get is all it needs there. Every verb is listed with
-// the code that calls it in docs/security.md, which a test keeps equal to deploy/.
+// applications uncached (unstructured), so get is all it needs there. The driver reads the Plan of
+// a BackupJob uncached, once per run, to compare its retention with the Velero backup's ttl
+// (checkTTL), so get is all it needs there too. Every verb is listed with the code that calls it
+// in docs/security.md, which a test keeps equal to deploy/.
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans,verbs=get
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
@@ -54,7 +57,9 @@ type Kit = driverkit.Kit[Strategy]
 
 // Driver implements driverkit.Driver for VeleroBackupStrategies.
 type Driver struct {
-	Client   client.Client
+	Client client.Client
+	// Live reads uncached: the Plan of a run (checkTTL). Nil means Client.
+	Live     client.Reader
 	Recorder events.EventRecorder
 	// HTTP downloads backup tarballs from the object store (presigned URLs).
 	HTTP *http.Client
@@ -100,6 +105,9 @@ func New(d *Driver) *Kit {
 func Setup(mgr ctrl.Manager, d *Driver) error {
 	if d.Client == nil {
 		d.Client = mgr.GetClient()
+	}
+	if d.Live == nil {
+		d.Live = mgr.GetAPIReader()
 	}
 	if d.Recorder == nil {
 		d.Recorder = mgr.GetEventRecorder(names.DriverName)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -124,6 +125,11 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	}
 	noCluster := false
 	spec.IncludeClusterResources = &noCluster
+	if rj.Spec.Options[backupsv1.OptionInert] == "true" && !slices.Contains(spec.ExcludedResources, "pods") {
+		// Nothing that runs (contract RJ-12): bare Pods are left out; what the workloads would
+		// start is their controllers' to make again.
+		spec.ExcludedResources = append(spec.ExcludedResources, "pods")
+	}
 
 	vr = &velerov1.Restore{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: veleroNS, Labels: names.RestoreLabels(rj),

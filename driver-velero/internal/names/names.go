@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 )
 
 // DriverName identifies the driver in claims, events, the managed-by label and logs.
@@ -20,9 +21,9 @@ const AnnotationRun = "velerodriver.backups.cozystack.io/run"
 
 // Driver metadata keys the driver writes on a Coffer Backup.
 const (
-	MetaBackupName      = "veleroBackupName"
-	MetaNamespace       = "veleroNamespace"
-	MetaStorageLocation = "backupStorageLocationName"
+	MetaBackupName      = velerodriverv1.MetaBackupName
+	MetaNamespace       = velerodriverv1.MetaNamespace
+	MetaStorageLocation = velerodriverv1.MetaStorageLocation
 )
 
 // ParamStorageLocation is the BackupClass parameter naming the Velero BackupStorageLocation.
