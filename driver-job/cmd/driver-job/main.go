@@ -1,6 +1,8 @@
 // Command driver-job runs Coffer's Job strategy driver: BackupJobs and RestoreJobs whose strategy
 // is a JobBackupStrategy become batch/v1 Jobs; a backup Job's agent reports its artifact, from
-// which the driver creates the Backup; deleting a Backup runs the strategy's cleanup Job.
+// which the driver creates the Backup; deleting a Backup runs the strategy's cleanup Job; and on
+// a period (--artifact-check-period) a check Job from the same template looks whether each Ready
+// Backup's artifact still exists.
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +29,8 @@ type options struct {
 	metricsAddr, probeAddr, leaderNS string
 	metricsCertDir                   string
 	leaderElect, metricsSecure       bool
+	checkPeriod                      time.Duration
+	maxCheckJobs                     int
 	zap                              zap.Options
 }
 
@@ -37,6 +42,9 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	fs.DurationVar(&o.checkPeriod, "artifact-check-period", driver.DefaultCheckPeriod,
+		"How often a check Job (the strategy's cleanupTemplate in check mode) looks whether a Ready Backup's artifact still exists; 0 disables the checks.")
+	fs.IntVar(&o.maxCheckJobs, "max-artifact-check-jobs", driver.DefaultMaxCheckJobs, "How many check Jobs may run at once, in the whole cluster.")
 	o.zap.BindFlags(fs)
 }
 
@@ -64,7 +72,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := driver.Setup(mgr, clock.RealClock{}); err != nil {
+	if o.maxCheckJobs < 1 {
+		return fmt.Errorf("--max-artifact-check-jobs must be at least 1, not %d", o.maxCheckJobs)
+	}
+	if err := driver.Setup(mgr, clock.RealClock{}, o.checkPeriod, o.maxCheckJobs); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

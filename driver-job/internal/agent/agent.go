@@ -34,7 +34,7 @@ const (
 	MaxCompressionLevel     = 22
 )
 
-// Agent runs backups, restores and cleanups against one S3 client.
+// Agent runs backups, restores, cleanups and checks against one S3 client.
 type Agent struct {
 	// S3 is the object store's client.
 	S3 *minio.Client
@@ -129,7 +129,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 }
 
 // Run does what a valid cfg asks: the backup writes its ArtifactReport to the termination log
-// and stdout, a restore a short JSON status to both.
+// and stdout, a restore a short JSON status to both, a check its CheckReport to both.
 func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	s3, err := NewClient(cfg.Endpoint, cfg.Region, cfg.AccessKeyID, cfg.SecretAccessKey)
 	if err != nil {
@@ -182,8 +182,27 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 			return err
 		}
 		return a.Cleanup(ctx, bucket, key)
+	case jobv1.ModeCheck:
+		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
+		if err != nil {
+			return err
+		}
+		report, err := a.Check(ctx, bucket, key, cfg.ArtifactSizeBytes)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(report)
+		if err != nil {
+			return err
+		}
+		// Without its report the driver cannot tell either: a check that cannot write it fails.
+		if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
 	}
-	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore or cleanup", cfg.Mode)}
+	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore, cleanup or check", cfg.Mode)}
 }
 
 // writeTerminationLog replaces the content of path with msg, cut to what Kubernetes keeps. An empty

@@ -33,14 +33,14 @@ const (
 
 // Config is the agent's configuration, from flags with environment fallbacks.
 type Config struct {
-	// Mode is backup, restore or cleanup.
+	// Mode is backup, restore, cleanup or check.
 	Mode string
 	// Dir is the directory backed up, or restored into.
 	Dir string
 	// Endpoint is the S3 endpoint as given: http://host:port, https://host[:port] or host[:port]
 	// (HTTPS).
 	Endpoint string
-	// Bucket receives backups. Restore and cleanup take the bucket from the artifact URI.
+	// Bucket receives backups. Restore, cleanup and check take the bucket from the artifact URI.
 	Bucket string
 	// Prefix is prepended to backup keys; by default the run's namespace.
 	Prefix string
@@ -58,7 +58,7 @@ type Config struct {
 	Application string
 
 	// ArtifactURI, ArtifactChecksum and ArtifactSizeBytes (-1 when unknown) describe the artifact
-	// restored or deleted.
+	// restored, deleted or checked.
 	ArtifactURI       string
 	ArtifactChecksum  string
 	ArtifactSizeBytes int64
@@ -94,10 +94,10 @@ type stringFlag struct {
 
 func (c *Config) flags() []stringFlag {
 	return []stringFlag{
-		{"mode", jobv1.EnvMode, "", "backup, restore or cleanup", &c.Mode},
+		{"mode", jobv1.EnvMode, "", "backup, restore, cleanup or check", &c.Mode},
 		{"dir", EnvDataDir, DefaultDir, "directory backed up, or restored into", &c.Dir},
 		{"endpoint", jobv1.ParamEnvName("endpoint"), "", "S3 endpoint: http://host:port, https://host[:port], or host[:port] for HTTPS", &c.Endpoint},
-		{"bucket", jobv1.ParamEnvName("bucket"), "", "bucket receiving backups (restore and cleanup use the artifact URI's)", &c.Bucket},
+		{"bucket", jobv1.ParamEnvName("bucket"), "", "bucket receiving backups (restore, cleanup and check use the artifact URI's)", &c.Bucket},
 		{"prefix", jobv1.ParamEnvName("prefix"), "", "key prefix of backups; by default the run's namespace (" + jobv1.EnvRunNamespace + ")", &c.Prefix},
 		{"region", jobv1.ParamEnvName("region"), "", "bucket region (optional)", &c.Region},
 		{"compression-level", jobv1.EnvCompressionLevel, strconv.Itoa(DefaultCompressionLevel), "zstd level of a backup, 1 (fastest) to 22 (smallest); 0 stores the tar uncompressed", &c.compressionLevel},
@@ -122,7 +122,7 @@ func (c *Config) newFlagSet() *flag.FlagSet {
 // PrintUsage writes the agent's help.
 func PrintUsage(w io.Writer) {
 	fs := (&Config{}).newFlagSet()
-	fmt.Fprintf(w, "Usage: coffer-agent [flags]\n\nBacks up a directory to S3 as one tar, restores it, or deletes it.\n"+
+	fmt.Fprintf(w, "Usage: coffer-agent [flags]\n\nBacks up a directory to S3 as one tar, restores it, deletes it, or checks that it exists.\n"+
 		"Credentials come from %s and %s. Flags win over their environment variables.\n\nFlags:\n",
 		EnvAccessKeyID, EnvSecretAccessKey)
 	fs.SetOutput(w)
@@ -223,11 +223,11 @@ func (c *Config) keys(getenv func(string) string) error {
 
 func (c *Config) validate() error {
 	switch c.Mode {
-	case jobv1.ModeBackup, jobv1.ModeRestore, jobv1.ModeCleanup:
+	case jobv1.ModeBackup, jobv1.ModeRestore, jobv1.ModeCleanup, jobv1.ModeCheck:
 	case "":
-		return usageErrorf("no mode: set --mode or %s to backup, restore or cleanup", jobv1.EnvMode)
+		return usageErrorf("no mode: set --mode or %s to backup, restore, cleanup or check", jobv1.EnvMode)
 	default:
-		return usageErrorf("mode %q is not backup, restore or cleanup", c.Mode)
+		return usageErrorf("mode %q is not backup, restore, cleanup or check", c.Mode)
 	}
 	if c.Endpoint == "" {
 		return usageErrorf("no S3 endpoint: set --endpoint or %s", jobv1.ParamEnvName("endpoint"))
@@ -238,7 +238,7 @@ func (c *Config) validate() error {
 	if c.AccessKeyID == "" || c.SecretAccessKey == "" {
 		return usageErrorf("no S3 credentials: set %s and %s (mount a Secret with envFrom)", EnvAccessKeyID, EnvSecretAccessKey)
 	}
-	if c.Mode != jobv1.ModeCleanup && c.Dir == "" {
+	if (c.Mode == jobv1.ModeBackup || c.Mode == jobv1.ModeRestore) && c.Dir == "" {
 		return usageErrorf("no directory: set --dir or %s", EnvDataDir)
 	}
 	switch c.Mode {
@@ -254,7 +254,7 @@ func (c *Config) validate() error {
 			return usageErrorf("%s=%q is not sha256: followed by 64 lower-case hex digits", jobv1.EnvArtifactChecksum, c.ArtifactChecksum)
 		}
 		fallthrough
-	case jobv1.ModeCleanup:
+	case jobv1.ModeCleanup, jobv1.ModeCheck:
 		if _, _, err := ParseArtifactURI(c.ArtifactURI); err != nil {
 			return &UsageError{Err: err}
 		}

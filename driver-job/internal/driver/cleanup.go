@@ -67,24 +67,34 @@ func (d *Driver) startCleanup(ctx context.Context, b *backupsv1.Backup, jr jobs.
 		return driverkit.DeleteOutcome{Kept: true,
 			Message: fmt.Sprintf("JobBackupStrategy %s no longer has a cleanupTemplate; the artifact %s is kept", strat.Name, artifactURI(b))}, nil
 	}
-	backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
+	j, err := d.createArtifactJob(ctx, b, strat, jr, jobapi.ModeCleanup)
 	if err != nil {
-		return driverkit.DeleteOutcome{}, err
-	}
-	params := jobs.Parameters(b)
-	app := map[string]any{"metadata": map[string]any{"name": b.Spec.ApplicationRef.Name, "namespace": b.Namespace}}
-	pod, err := jobs.Render(strat, "cleanupTemplate", *strat.Spec.CleanupTemplate,
-		strategy.Context{Application: app, Parameters: params, Mode: jobapi.ModeCleanup, Backup: backupObj})
-	if err != nil {
-		return driverkit.DeleteOutcome{}, err
-	}
-	env := append(jobs.Env(jobapi.ModeCleanup, jr, b.Spec.ApplicationRef, params), jobs.ArtifactEnv(b)...)
-	var j *batchv1.Job
-	if j, err = jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, strat, pod, env); err != nil {
 		return driverkit.DeleteOutcome{}, err
 	}
 	d.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "CleanupStarted", "Cleanup", "Created Job %s to delete the artifact %s", j.Name, artifactURI(b))
 	return driverkit.DeleteOutcome{}, nil
+}
+
+// createArtifactJob creates the Job jr that acts on a Backup's artifact, from the strategy's
+// cleanupTemplate (the pod template that reaches the object store, with its endpoint and
+// credentials) rendered in mode: cleanup deletes the artifact, check looks whether it still
+// exists. The template sees the Backup as .Backup, its application by name (it may be gone), the
+// parameters the backup ran with and the mode; the agent gets the contract variables and the
+// artifact's URI, checksum and size.
+func (d *Driver) createArtifactJob(ctx context.Context, b *backupsv1.Backup, strat *jobapi.JobBackupStrategy, jr jobs.Run, mode string) (*batchv1.Job, error) {
+	backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
+	if err != nil {
+		return nil, err
+	}
+	params := jobs.Parameters(b)
+	app := map[string]any{"metadata": map[string]any{"name": b.Spec.ApplicationRef.Name, "namespace": b.Namespace}}
+	pod, err := jobs.Render(strat, "cleanupTemplate", *strat.Spec.CleanupTemplate,
+		strategy.Context{Application: app, Parameters: params, Mode: strategy.Mode(mode), Backup: backupObj})
+	if err != nil {
+		return nil, err
+	}
+	env := append(jobs.Env(mode, jr, b.Spec.ApplicationRef, params), jobs.ArtifactEnv(b)...)
+	return jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, strat, pod, env)
 }
 
 func artifactURI(b *backupsv1.Backup) string {

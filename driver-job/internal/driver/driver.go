@@ -1,7 +1,8 @@
 // Package driver is the Job strategy driver on driverkit: a BackupJob becomes one batch/v1 Job
 // whose agent reports its artifact; a RestoreJob becomes one restore Job told the artifact's URI
-// and checksum; deleting a Backup runs the strategy's cleanup Job. What every driver shares
-// (claims, deadlines, status, events, metrics) is driverkit's.
+// and checksum; deleting a Backup runs the strategy's cleanup Job; and on a period, a check Job
+// from the same template looks whether each Ready Backup's artifact still exists (check.go). What
+// every driver shares (claims, deadlines, status, events, metrics) is driverkit's.
 package driver
 
 // The run lifecycle is driverkit's: it reads runs, Backups, BackupClasses, strategies and the
@@ -11,7 +12,9 @@ package driver
 // applications uncached (unstructured), so get is all it needs there. The Jobs of BackupJobs and
 // RestoreJobs are owned by their run with blockOwnerDeletion, which the
 // OwnerReferencesPermissionEnforcement admission plugin allows only to who may update the owner's
-// finalizers. Pods are listed uncached, once per finished Job. Every verb is listed with the code
+// finalizers. Pods are listed uncached, once per finished Job. A check Job is owned by its Backup
+// without blockOwnerDeletion, which needs no right on the Backup's finalizers; the time of a
+// Backup's next check is an annotation the driver patches. Every verb is listed with the code
 // that calls it in docs/security.md, which a test keeps equal to deploy/.
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=patch
@@ -28,6 +31,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -64,6 +68,16 @@ type Driver struct {
 	Live     client.Reader
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
+
+	// CheckPeriod is how often the artifact of a Ready Backup is checked (StartDueChecks); zero
+	// disables the checks. MaxCheckJobs bounds the check Jobs running at once (zero:
+	// DefaultMaxCheckJobs).
+	CheckPeriod  time.Duration
+	MaxCheckJobs int
+	// Clock is the checks' clock; nil means the real one (New sets the kit's).
+	Clock clock.PassiveClock
+
+	warned sync.Map // what was said once (uncheckable strategies)
 }
 
 var _ driverkit.Driver[Strategy] = (*Driver)(nil)
@@ -88,8 +102,12 @@ func CacheOptions() cache.Options {
 // metrics are created once per process (they are registered on controller-runtime's registry).
 var metrics = driverkit.NewMetrics("coffer_jobdriver", names.DriverName, nil)
 
-// New returns the kit running d with clock clk (nil: the real clock).
+// New returns the kit running d with clock clk (nil: the real clock), which d's checks use too
+// unless d has a clock of its own.
 func New(d *Driver, clk clock.PassiveClock) *Kit {
+	if d.Clock == nil {
+		d.Clock = clk
+	}
 	return &Kit{
 		Name:              names.DriverName,
 		Strategy:          driverkit.StrategyKind{Group: jobapi.Group, Kind: jobapi.Kind},
@@ -102,14 +120,22 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 		Metrics:           metrics,
 		BackupJobWatches:  []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackupJob))}},
 		RestoreJobWatches: []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindRestoreJob))}},
-		BackupWatches:     []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackup))}},
+		BackupWatches:     []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackup, names.KindBackupCheck))}},
 	}
 }
 
-// Setup registers the driver with a manager.
-func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
-	d := &Driver{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder(names.DriverName)}
-	return New(d, clk).SetupWithManager(mgr)
+// Setup registers the driver with a manager: the kit's controllers, and the artifact checks
+// (every checkPeriod, at most maxCheckJobs at once; a zero period disables them).
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock, checkPeriod time.Duration, maxCheckJobs int) error {
+	d := &Driver{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder(names.DriverName),
+		CheckPeriod: checkPeriod, MaxCheckJobs: maxCheckJobs}
+	if err := New(d, clk).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if checkPeriod <= 0 {
+		return nil
+	}
+	return mgr.Add(ArtifactChecks{Driver: d})
 }
 
 // Deadline is the Job's activeDeadlineSeconds and a grace for the Job controller to report it.

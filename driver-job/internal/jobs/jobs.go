@@ -1,5 +1,6 @@
 // Package jobs creates the batch/v1 Jobs the driver runs and reads their outcome. Every Job serves
-// one object (a BackupJob, a RestoreJob, or a Backup being deleted): its name is derived from that
+// one object (a BackupJob, a RestoreJob, a Backup being deleted, or a Backup whose artifact is
+// checked): its name is derived from that
 // object's name and UID, its labels carry the UID, and a Job of that name without that UID is never
 // adopted.
 package jobs
@@ -7,6 +8,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,10 +50,14 @@ const (
 type Run struct {
 	// Object is the BackupJob, RestoreJob or Backup the Job serves.
 	Object client.Object
-	// Kind is names.KindBackupJob, KindRestoreJob or KindBackup.
+	// Kind is names.KindBackupJob, KindRestoreJob, KindBackup or KindBackupCheck.
 	Kind string
 	// Own makes Object the Job's controller owner, so deleting it deletes the Job.
 	Own bool
+	// Dependent makes Object an owner of the Job that does not block its own deletion (no
+	// blockOwnerDeletion, which would need the right to update its finalizers): the garbage
+	// collector deletes the Job once Object is gone.
+	Dependent bool
 }
 
 // Name is the Job's name.
@@ -115,8 +121,13 @@ func Create(ctx context.Context, c client.Client, live client.Reader, scheme *ru
 	if ttl := strat.Spec.TTLSecondsAfterFinished; ttl != nil {
 		job.Annotations[AnnotationTTL] = strconv.Itoa(int(*ttl))
 	}
-	if run.Own {
+	switch {
+	case run.Own:
 		if err := controllerutil.SetControllerReference(run.Object, job, scheme); err != nil {
+			return nil, err
+		}
+	case run.Dependent:
+		if err := controllerutil.SetOwnerReference(run.Object, job, scheme); err != nil {
 			return nil, err
 		}
 	}
@@ -152,11 +163,16 @@ func withEnv(own, driver []corev1.EnvVar) []corev1.EnvVar {
 	return append(out, driver...)
 }
 
-// Env builds the contract variables (apis/jobdriver/v1alpha1) for a run.
+// Env builds the contract variables (apis/jobdriver/v1alpha1) for a run. The run kind an agent
+// sees is the kind of the object served: a check Job serves a Backup.
 func Env(mode string, run Run, app corev1.TypedLocalObjectReference, params map[string]string) []corev1.EnvVar {
+	kind := run.Kind
+	if kind == names.KindBackupCheck {
+		kind = names.KindBackup
+	}
 	env := []corev1.EnvVar{
 		{Name: jobapi.EnvMode, Value: mode},
-		{Name: jobapi.EnvRunKind, Value: run.Kind},
+		{Name: jobapi.EnvRunKind, Value: kind},
 		{Name: jobapi.EnvRunName, Value: run.Object.GetName()},
 		{Name: jobapi.EnvRunNamespace, Value: run.Object.GetNamespace()},
 		{Name: jobapi.EnvRunUID, Value: string(run.Object.GetUID())},
@@ -177,7 +193,7 @@ func Env(mode string, run Run, app corev1.TypedLocalObjectReference, params map[
 
 // FormatEnv passes a strategy's artifact options to an agent: the compression level to a backup,
 // and the encryption Secret's name and keys. A backup gets the public keys (recipients) only, a
-// restore the private keys (identities) only, a cleanup neither. Keys are read from the Secret
+// restore the private keys (identities) only, a cleanup and a check neither. Keys are read from the Secret
 // by secretKeyRef, never copied into the Job; optional, so that a missing Secret or key lets the
 // agent start and fail with a message naming it, rather than leave the pod unable to start.
 func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
@@ -189,7 +205,7 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	if mode == jobapi.ModeBackup && a.CompressionLevel != nil {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvCompressionLevel, Value: strconv.Itoa(int(*a.CompressionLevel))})
 	}
-	if e := a.Encryption; e != nil && mode != jobapi.ModeCleanup {
+	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore) {
 		name, key := jobapi.EnvAgeRecipients, jobapi.SecretKeyRecipients
 		if mode == jobapi.ModeRestore {
 			name, key = jobapi.EnvAgeIdentities, jobapi.SecretKeyIdentities
@@ -203,7 +219,7 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	return env
 }
 
-// ArtifactEnv describes a Backup's artifact to a restore or cleanup Job.
+// ArtifactEnv describes a Backup's artifact to a restore, cleanup or check Job.
 func ArtifactEnv(b *backupsv1.Backup) []corev1.EnvVar {
 	env := []corev1.EnvVar{{Name: jobapi.EnvBackupName, Value: b.Name}}
 	if a := b.Status.Artifact; a != nil {
@@ -339,10 +355,10 @@ func Release(ctx context.Context, c client.Client, run Run) error {
 	return nil
 }
 
-// RunOf maps a Job to the object it serves, when it is of the given kind.
-func RunOf(kind string) func(context.Context, client.Object) []reconcile.Request {
+// RunOf maps a Job to the object it serves, when it is of one of the given kinds.
+func RunOf(kinds ...string) func(context.Context, client.Object) []reconcile.Request {
 	return func(_ context.Context, o client.Object) []reconcile.Request {
-		if o.GetLabels()[names.LabelRunKind] != kind {
+		if !slices.Contains(kinds, o.GetLabels()[names.LabelRunKind]) {
 			return nil
 		}
 		ns, name, ok := strings.Cut(o.GetAnnotations()[AnnotationRun], "/")

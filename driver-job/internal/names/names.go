@@ -21,6 +21,12 @@ const (
 	LabelRunUID  = "jobdriver.backups.cozystack.io/run-uid"
 )
 
+// AnnotationNextCheck on a Backup holds when its artifact is next checked (RFC 3339): the
+// driver writes it when it has read a check Job's result, a period later after a conclusive
+// check and sooner after an inconclusive one. Without it, the first check is due a period after
+// the Backup's creation. Setting it to a past time asks for a check at the next look.
+const AnnotationNextCheck = "jobdriver.backups.cozystack.io/next-artifact-check"
+
 // Keys of Backup.spec.driverMetadata.
 const (
 	MetaJobName = "jobName"
@@ -29,18 +35,20 @@ const (
 	MetaParamPrefix = "param."
 )
 
-// Run kinds, the values of LabelRunKind.
+// Run kinds, the values of LabelRunKind. KindBackup is the cleanup Job of a Backup being
+// deleted, KindBackupCheck the Job that checks that a Backup's artifact still exists.
 const (
-	KindBackupJob  = "BackupJob"
-	KindRestoreJob = "RestoreJob"
-	KindBackup     = "Backup"
+	KindBackupJob   = "BackupJob"
+	KindRestoreJob  = "RestoreJob"
+	KindBackup      = "Backup"
+	KindBackupCheck = "BackupCheck"
 )
 
 // Job is the name of the batch/v1 Job that serves an object: deterministic, bounded, and distinct
 // per kind and per object incarnation (the UID), so a recreated BackupJob of the same name never
 // meets its predecessor's Job.
 func Job(kind, name string, uid types.UID) string {
-	prefix := map[string]string{KindBackupJob: "backup", KindRestoreJob: "restore", KindBackup: "cleanup"}[kind]
+	prefix := map[string]string{KindBackupJob: "backup", KindRestoreJob: "restore", KindBackup: "cleanup", KindBackupCheck: "check"}[kind]
 	u := string(uid)
 	if len(u) > 8 {
 		u = u[:8]
