@@ -58,23 +58,39 @@ func flatten(r result, limit int) []string {
 // ResourceList counts the items of a gzipped Velero RestoreResourceList ({"v1/ConfigMap":
 // ["ns/name(created)", ...]}) by action: created, updated, skipped, failed.
 func ResourceList(r io.Reader) (map[string]int64, error) {
+	counts, _, err := ResourceListFailed(r, 0)
+	return counts, err
+}
+
+// ResourceListFailed is ResourceList, and names (up to limit, sorted) the items whose action is
+// failed, as "v1/ConfigMap ns/name".
+func ResourceListFailed(r io.Reader, limit int) (map[string]int64, []string, error) {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
-		return nil, fmt.Errorf("reading Velero's resource list: %w", err)
+		return nil, nil, fmt.Errorf("reading Velero's resource list: %w", err)
 	}
 	var doc map[string][]string
 	if err := json.NewDecoder(io.LimitReader(gz, 64<<20)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("decoding Velero's resource list: %w", err)
+		return nil, nil, fmt.Errorf("decoding Velero's resource list: %w", err)
 	}
 	counts := map[string]int64{}
-	for _, items := range doc {
+	var failed []string
+	for kind, items := range doc {
 		for _, it := range items {
 			i := strings.LastIndexByte(it, '(')
 			if i < 0 || !strings.HasSuffix(it, ")") {
-				return nil, fmt.Errorf("Velero's resource list has an entry without an action: %q", it)
+				return nil, nil, fmt.Errorf("Velero's resource list has an entry without an action: %q", it)
 			}
-			counts[it[i+1:len(it)-1]]++
+			action := it[i+1 : len(it)-1]
+			counts[action]++
+			if action == "failed" {
+				failed = append(failed, kind+" "+it[:i])
+			}
 		}
 	}
-	return counts, nil
+	sort.Strings(failed)
+	if len(failed) > limit {
+		failed = failed[:limit]
+	}
+	return counts, failed, nil
 }

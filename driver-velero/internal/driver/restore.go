@@ -40,12 +40,14 @@ func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy
 	}
 	switch vr.Status.Phase {
 	case velerov1.RestorePhaseCompleted:
-		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed", vr.Namespace, vr.Name),
-			Items: d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation])}, nil
+		items, failed := d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation], true)
+		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed", vr.Namespace, vr.Name) + failed,
+			Items: items}, nil
 	case velerov1.RestorePhasePartiallyFailed:
+		items, failed := d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation], false)
 		msg := fmt.Sprintf("Velero restore %s/%s completed with %d error(s) and %d warning(s); see `velero restore describe %s --details`",
-			vr.Namespace, vr.Name, vr.Status.Errors, vr.Status.Warnings, vr.Name)
-		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg, Items: d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation])}, nil
+			vr.Namespace, vr.Name, vr.Status.Errors, vr.Status.Warnings, vr.Name) + failed
+		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg, Items: items}, nil
 	case velerov1.RestorePhaseFailed:
 		return driverkit.RestoreOutcome{}, driverkit.Failf(backupsv1.ReasonFailed,
 			"velero restore %s/%s failed: %s", vr.Namespace, vr.Name, orUnknown(vr.Status.FailureReason))
@@ -159,17 +161,34 @@ func sameApplication(rj *backupsv1.RestoreJob, backup *backupsv1.Backup) error {
 }
 
 // restoredItems counts the restore's items by what Velero did with them (its RestoreResourceList),
-// best effort: nil when the list cannot be read.
-func (d *Driver) restoredItems(ctx context.Context, vr *velerov1.Restore, location string) *backupsv1.RestoreItems {
+// best effort: nil when the list cannot be read. Velero lists as failed both the items it could not
+// create (errors) and those it found already there with other content and left as they were
+// (warnings; in a namespace restored into, the API server's own kube-root-ca.crt, say). When the
+// restore completed without errors (completed), every such item is of the second sort and counts as
+// skipped; the message names them either way.
+func (d *Driver) restoredItems(ctx context.Context, vr *velerov1.Restore, location string, completed bool) (_ *backupsv1.RestoreItems, failed string) {
 	var counts map[string]int64
+	var failedItems []string
 	err := d.fetch(ctx, vr.Namespace, backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, vr.Name, "resources"), location,
 		velerov1.DownloadTarget{Kind: velerov1.DownloadTargetKindRestoreResourceList, Name: vr.Name}, func(r io.Reader) (err error) {
-			counts, err = download.ResourceList(r)
+			counts, failedItems, err = download.ResourceListFailed(r, 5)
 			return err
 		})
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("Velero's restore resource list could not be read", "error", err.Error())
-		return nil
+		return nil, ""
 	}
-	return &backupsv1.RestoreItems{Restored: counts["created"] + counts["updated"], Skipped: counts["skipped"], Failed: counts["failed"]}
+	items := &backupsv1.RestoreItems{Restored: counts["created"] + counts["updated"], Skipped: counts["skipped"], Failed: counts["failed"]}
+	if n := counts["failed"]; n > 0 {
+		failed = "; not restored: "
+		if completed {
+			items.Skipped, items.Failed = items.Skipped+n, 0
+			failed = "; left as found (already there with other content): "
+		}
+		failed += strings.Join(failedItems, ", ")
+		if n > int64(len(failedItems)) {
+			failed += fmt.Sprintf(" and %d more", n-int64(len(failedItems)))
+		}
+	}
+	return items, failed
 }
