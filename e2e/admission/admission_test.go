@@ -142,6 +142,7 @@ type createCase struct {
 
 func TestCreateRules(t *testing.T) {
 	const bvr = "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyRun\nmetadata: {name: r}\n"
+	const bvp = "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyPolicy\nmetadata: {generateName: p-}\n"
 	const plan = "apiVersion: backups.cozystack.io/v1alpha1\nkind: Plan\nmetadata: {name: p}\n"
 	const planApp = "  applicationRef: {kind: VirtualMachine, name: vm1}\n  backupClassName: default\n"
 	const class = "apiVersion: backups.cozystack.io/v1alpha1\nkind: BackupClass\nmetadata: {generateName: c-}\n"
@@ -163,7 +164,21 @@ func TestCreateRules(t *testing.T) {
 		{"verify: full-restore without sandbox rejected", bvr + "spec: {backend: velero, backupRef: {name: b}, mode: full-restore}",
 			[]string{"sandboxNamespace is required for full-restore"}},
 		{"verify: etcd full-restore rejected", bvr + "spec: {backend: etcd-snapshot, backupRef: {name: b}, mode: full-restore, sandboxNamespace: x-bvsandbox}",
-			[]string{"full-restore is supported only by the velero backend"}},
+			[]string{"full-restore is supported only by the velero and coffer backends"}},
+		{"verify: coffer full-restore accepted", bvr + "spec: {backend: coffer, backupRef: {name: b}, mode: full-restore, sandboxNamespace: b-bvsandbox}", nil},
+		{"verify: coffer full-restore without sandbox rejected", bvr + "spec: {backend: coffer, backupRef: {name: b}, mode: full-restore}",
+			[]string{"sandboxNamespace is required for full-restore"}},
+		{"policy: defaults accepted", bvp + "spec: {}", nil},
+		{"policy: full-restore every 0 rejected", bvp + "spec: {fullRestore: {every: 0}}",
+			[]string{"spec.fullRestore.every: Invalid value"}},
+		{"policy: full-restore every required", bvp + "spec: {fullRestore: {}}",
+			[]string{"spec.fullRestore.every: Required value"}},
+		{"policy: no concurrency rejected", bvp + "spec: {maxConcurrentRuns: 0}",
+			[]string{"spec.maxConcurrentRuns: Invalid value"}},
+		{"policy: bad timeout rejected", bvp + "spec: {runTimeout: soon}",
+			[]string{"spec.runTimeout: Invalid value"}},
+		{"policy: name bounded", "apiVersion: security.ugallu.io/v1alpha1\nkind: BackupVerifyPolicy\nmetadata: {name: " + strings.Repeat("p", 64) + "}\nspec: {}",
+			[]string{"must be at most 63 characters"}},
 		{"verify: unknown backend rejected", bvr + "spec: {backend: restic, backupRef: {name: b}}",
 			[]string{`spec.backend: Unsupported value: "restic"`}},
 		{"verify: unknown mode rejected", bvr + "spec: {backend: velero, backupRef: {name: b}, mode: deep}",
@@ -240,7 +255,7 @@ func TestCreateRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj := mustObject(tt.doc)
-			if obj.GetKind() != "BackupClass" && obj.GetKind() != "SecurityEvent" {
+			if obj.GetKind() != "BackupClass" && obj.GetKind() != "SecurityEvent" && obj.GetKind() != "BackupVerifyPolicy" {
 				obj.SetNamespace(namespace(t))
 			}
 			err := cl.Create(context.Background(), obj)

@@ -175,7 +175,7 @@ func rejected(t *testing.T, ctx context.Context, c client.Client) {
 		{"BackupVerifyRun: full restore without sandbox", runHead + "spec: {backend: velero, backupRef: {name: b}, mode: full-restore}",
 			[]string{"spec", "sandboxNamespace is required for full-restore"}},
 		{"BackupVerifyRun: etcd full restore", runHead + "spec: {backend: etcd-snapshot, backupRef: {name: b}, mode: full-restore, sandboxNamespace: x-bvsandbox}",
-			[]string{"spec", "full-restore is supported only by the velero backend"}},
+			[]string{"spec", "full-restore is supported only by the velero and coffer backends"}},
 		{"BackupVerifyRun: no backup name", runHead + "spec: {backend: velero, backupRef: {namespace: velero}}",
 			[]string{"spec.backupRef.name: Required value"}},
 	}

@@ -77,8 +77,10 @@ func sum(b []byte) string {
 }
 
 // Lifecycle runs the golden lifecycle: application → Plan with a one-minute cron → BackupJob →
-// Velero Backup → Backup with size and SHA-256 → checksum-only and full-restore verification →
-// delete the application's objects → RestoreJob → every object back with identical data.
+// Velero Backup → Backup with size and SHA-256 → checksum-only and full-restore verification of
+// the Velero backup, then of the Coffer Backup through the driver contract (its verdict on the
+// Backup, the Plan's restorable point) → delete the application's objects → RestoreJob → every
+// object back with identical data.
 func (s *Stack) Lifecycle(ctx context.Context) (*Summary, error) {
 	c := s.Client
 	sum0 := &Summary{}
@@ -195,6 +197,10 @@ func (s *Stack) Lifecycle(ctx context.Context) (*Summary, error) {
 		return nil, fmt.Errorf("the sandbox was not deleted: %w", err)
 	}
 
+	if err := s.verifyCofferBackup(ctx, sum0, backup); err != nil {
+		return sum0, err
+	}
+
 	s.say("Losing data: deleting the application's ConfigMaps, Secret and Deployment")
 	before := map[string]client.Object{}
 	for _, o := range appObjects() {
@@ -247,6 +253,75 @@ func (s *Stack) Lifecycle(ctx context.Context) (*Summary, error) {
 	}
 	s.say("Restored %d objects with identical data; payload %s…", len(sum0.Restored), sum0.RestoredSum[:19])
 	return sum0, nil
+}
+
+// CofferSandbox is the sandbox of the golden Backup's full-restore through the driver contract.
+const CofferSandbox = "shop-coffer-bvsandbox"
+
+// verifyCofferBackup verifies the Coffer Backup itself (backend coffer): checksum-only, then a
+// full-restore that the verifier asks of the Backup's driver with a RestoreJob into a sandbox.
+// The verdict lands on the Backup (Verified=True, RestoreVerified) and the Plan records the Backup
+// as its newest one proven restorable.
+func (s *Stack) verifyCofferBackup(ctx context.Context, sum0 *Summary, backup *backupsv1.Backup) error {
+	c := s.Client
+	for _, m := range []securityv1.Mode{securityv1.ModeChecksumOnly, securityv1.ModeFullRestore} {
+		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "golden-coffer-" + string(m), Namespace: AppNamespace},
+			Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, Mode: m, BackupRef: securityv1.BackupRef{Name: backup.Name}}}
+		if m == securityv1.ModeFullRestore {
+			run.Spec.SandboxNamespace = CofferSandbox
+			s.say("Verifying Backup %s by full restore through its driver: a RestoreJob into the sandbox %s", backup.Name, CofferSandbox)
+		} else {
+			s.say("Verifying Backup %s checksum-only (BackupVerifyRun %s/%s, backend coffer)", backup.Name, run.Namespace, run.Name)
+		}
+		if err := c.Create(ctx, run); err != nil {
+			return err
+		}
+		if err := poll(ctx, 4*time.Minute, func() (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(run), run)
+			return run.Status.Phase.IsTerminal(), err
+		}); err != nil {
+			return fmt.Errorf("waiting for verification %s of Backup %s: %w", m, backup.Name, err)
+		}
+		sum0.Runs = append(sum0.Runs, run)
+		if run.Status.Phase != securityv1.RunSucceeded {
+			return fmt.Errorf("verification %s of Backup %s ended %s: %s", m, backup.Name, run.Status.Phase, run.Status.Message)
+		}
+		res := &securityv1.BackupVerifyResult{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res); err != nil {
+			return err
+		}
+		sum0.Results = append(sum0.Results, res)
+		events := &securityv1.SecurityEventList{}
+		if err := c.List(ctx, events, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
+			return err
+		}
+		sum0.Events = append(sum0.Events, events.Items...)
+		s.say("  %s: worst severity %q, %s", m, res.Status.WorstSeverity, resultLine(res))
+	}
+	if err := poll(ctx, time.Minute, func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(backup), backup)
+		return backup.RestoreVerified(), err
+	}); err != nil {
+		return fmt.Errorf("Backup %s does not show Verified=True (RestoreVerified): %v: %w", backup.Name, backup.Status.Conditions, err)
+	}
+	sum0.Backup = backup
+	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: AppNamespace, Name: PlanName}, sum0.Plan)
+		r := sum0.Plan.Status.LastRestorableBackup
+		return r != nil && r.Name == backup.Name, err
+	}); err != nil {
+		return fmt.Errorf("Plan %s does not record Backup %s as restorable: %w", PlanName, backup.Name, err)
+	}
+	r := sum0.Plan.Status.LastRestorableBackup
+	s.say("Backup %s is Verified (RestoreVerified); Plan %s's newest Backup proven restorable was taken %s (restorable RPO %s)",
+		backup.Name, PlanName, r.TakenAt.UTC().Format(time.RFC3339), time.Since(r.TakenAt.Time).Round(time.Second))
+	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: CofferSandbox}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}); err != nil {
+		return fmt.Errorf("the sandbox %s was not deleted: %w", CofferSandbox, err)
+	}
+	return nil
 }
 
 func key(o client.Object) string {

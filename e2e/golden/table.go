@@ -20,7 +20,11 @@ func (s *Summary) Table(out io.Writer) {
 		if p.Status.LastScheduleTime != nil {
 			last = p.Status.LastScheduleTime.UTC().Format("15:04:05")
 		}
-		fmt.Fprintf(w, "Plan\t%s/%s\t%s\tcron %q, last tick %s\n", p.Namespace, p.Name, condition(p.Status.Conditions), p.Spec.Schedule.Cron, last)
+		restorable := "none proven restorable"
+		if r := p.Status.LastRestorableBackup; r != nil {
+			restorable = "restorable from " + r.Name
+		}
+		fmt.Fprintf(w, "Plan\t%s/%s\t%s\tcron %q, last tick %s, %s\n", p.Namespace, p.Name, condition(p.Status.Conditions), p.Spec.Schedule.Cron, last, restorable)
 	}
 	if j := s.BackupJob; j != nil {
 		took := "-"
@@ -31,6 +35,9 @@ func (s *Summary) Table(out io.Writer) {
 	}
 	if b := s.Backup; b != nil && b.Status.Artifact != nil {
 		fmt.Fprintf(w, "Backup\t%s/%s\t%s\t%d bytes, %s\n", b.Namespace, b.Name, b.Status.Phase, b.Status.Artifact.SizeBytes, b.Status.Artifact.Checksum)
+		if v := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionVerified); v != nil {
+			fmt.Fprintf(w, "Backup\t%s/%s\tVerified=%s\t%s\n", b.Namespace, b.Name, v.Status, v.Reason)
+		}
 	}
 	if r := s.RestoreJob; r != nil {
 		fmt.Fprintf(w, "RestoreJob\t%s/%s\t%s\t%d objects back with identical data\n", r.Namespace, r.Name, r.Status.Phase, len(s.Restored))

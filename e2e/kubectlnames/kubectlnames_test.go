@@ -51,6 +51,7 @@ var kinds = []struct {
 	{securityv1.GroupVersion.WithResource("backupverifyruns"), "BackupVerifyRun", []string{"bvr"}},
 	{securityv1.GroupVersion.WithResource("backupverifyresults"), "BackupVerifyResult", []string{"bvres"}},
 	{securityv1.GroupVersion.WithResource("securityevents"), "SecurityEvent", []string{"se"}},
+	{securityv1.GroupVersion.WithResource("backupverifypolicies"), "BackupVerifyPolicy", []string{"bvp"}},
 }
 
 // sampleBackup is the Backup deploy/samples ships.

@@ -55,9 +55,13 @@ func TestGoldenLifecycle(t *testing.T) {
 	assert.Positive(t, sum.Backup.Status.Artifact.SizeBytes)
 	for _, res := range sum.Results {
 		assert.Equal(t, securityv1.SeverityInfo, res.Status.WorstSeverity, "%s", res.Name)
-		if res.Spec.Mode == securityv1.ModeChecksumOnly {
+		switch {
+		case res.Spec.Mode == securityv1.ModeChecksumOnly:
 			assert.Equal(t, sum.Backup.Status.Artifact.Checksum, res.Spec.ComputedChecksum, "the verifier recomputes what the driver recorded")
-		} else {
+		case res.Spec.Backend == securityv1.BackendCoffer:
+			require.NotEmpty(t, res.Spec.Findings, "%s", res.Name)
+			assert.Equal(t, securityv1.CodeRestoreSucceeded, res.Spec.Findings[0].Code, "the Backup's driver restored it into the sandbox")
+		default:
 			assert.Equal(t, res.Spec.ObjectsExpected, res.Spec.ObjectsRestored)
 			assert.Positive(t, res.Spec.ObjectsExpected)
 		}
@@ -68,14 +72,22 @@ func TestGoldenLifecycle(t *testing.T) {
 			completed++
 		}
 	}
-	assert.Equal(t, 2, completed, "one BackupVerifyCompleted event per run")
+	assert.Equal(t, 4, completed, "one BackupVerifyCompleted event per run: the Velero backup's and the Coffer Backup's, each checksum-only and full-restore")
+	assert.True(t, sum.Backup.RestoreVerified(), "the verdict is on the Backup: %v", sum.Backup.Status.Conditions)
+	require.NotNil(t, sum.Backup.Status.Verification)
+	require.NotNil(t, sum.Backup.Status.Verification.FullRestore)
+	assert.Equal(t, backupsv1.VerificationPassed, sum.Backup.Status.Verification.FullRestore.Result)
+	require.NotNil(t, sum.Plan.Status.LastRestorableBackup, "the Plan records its restorable point")
+	assert.Equal(t, sum.Backup.Name, sum.Plan.Status.LastRestorableBackup.Name)
+	assert.Regexp(t, `(?m)^Backup\s+shop/shop-minutely-\d+\s+Verified=True\s+RestoreVerified$`, report)
+	assert.Contains(t, report, "Plan "+golden.PlanName+"'s newest Backup proven restorable was taken")
 	assert.Equal(t, backupsv1.RestoreJobSucceeded, sum.RestoreJob.Status.Phase)
 	assert.Len(t, sum.Restored, 4, "ConfigMaps catalog and payload, Secret db, Deployment web")
 	assert.Equal(t, sum.PayloadSum, sum.RestoredSum, "the payload came back byte for byte")
 
 	// Each component's metrics endpoint shows the runs.
 	for name, want := range map[string][]string{
-		"core-controller": {`coffer_plan_last_schedule_time_seconds{namespace="shop",plan="shop-minutely"}`},
+		"core-controller": {`coffer_plan_last_schedule_time_seconds{namespace="shop",plan="shop-minutely"}`, `coffer_plan_last_restorable_backup_timestamp_seconds{namespace="shop",plan="shop-minutely"}`},
 		"driver-velero":   {`coffer_velero_runs_total{kind="backup",outcome="Succeeded"}`, `coffer_velero_runs_total{kind="restore",outcome="Succeeded"}`},
 		"verifier":        {`ugallu_backup_verify_runs_total`},
 		"driver-job":      {`controller_runtime_reconcile_total{controller="coffer-driver-job-backupjob"`},

@@ -62,7 +62,8 @@ type BackupVerifyPolicyStatus struct {
 	// +optional
 	ActiveRuns int32 `json:"activeRuns,omitempty"`
 
-	// pendingBackups counts the Backups waiting for a run (the concurrency limit).
+	// pendingBackups counts the runs waiting to be created (a Backup waiting for both a checksum
+	// and a full-restore counts twice) because of maxConcurrentRuns.
 	// +optional
 	PendingBackups int32 `json:"pendingBackups,omitempty"`
 

@@ -22,7 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
+	"github.com/coffer-backup/coffer/verifier/internal/policy"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
@@ -35,6 +38,7 @@ type options struct {
 	leaderElect, metricsSecure          bool
 	downloadTimeout                     time.Duration
 	serviceAccount                      string
+	s3Endpoint, s3Region, s3CAFile      string
 }
 
 func main() {
@@ -52,6 +56,10 @@ func main() {
 	flag.DurationVar(&o.downloadTimeout, "download-timeout", 2*time.Minute, "How long to wait for Velero to answer a DownloadRequest.")
 	flag.StringVar(&o.serviceAccount, "service-account", "",
 		"The verifier's own ServiceAccount (<namespace>/<name>), bound to ClusterRole coffer-verifier-sandbox in each sandbox; empty means the identity the API server sees.")
+	flag.StringVar(&o.s3Endpoint, "s3-endpoint", "",
+		"S3 endpoint (http(s)://host[:port]) that checksum-only reads the s3:// artifacts of Coffer Backups from, with the read-only credentials of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; empty means such artifacts cannot be verified checksum-only (Velero-made Backups are read through Velero).")
+	flag.StringVar(&o.s3Region, "s3-region", "", "Region of --s3-endpoint; empty lets the client ask the server.")
+	flag.StringVar(&o.s3CAFile, "s3-ca-file", "", "PEM CA bundle trusted for --s3-endpoint besides the system's roots.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -67,6 +75,7 @@ func run(ctx context.Context, o options) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(securityv1.AddToScheme(scheme))
 	utilruntime.Must(velerov1.AddToScheme(scheme))
+	utilruntime.Must(backupsv1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
@@ -83,14 +92,24 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	ctrl.Log.Info("Sandboxes are bound to the verifier's ServiceAccount", "serviceAccount", sa)
+	store, err := s3Store(o)
+	if err != nil {
+		return err
+	}
+	// Downloads go through a client per storage location (timeouts, its caCert trusted).
+	vc := &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, ServiceAccount: sa}
 	r := &verifyrun.Reconciler{
 		Client: mgr.GetClient(),
-		// Downloads go through a client per storage location (timeouts, its caCert trusted).
-		Velero: &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, ServiceAccount: sa},
+		Velero: vc,
+		Coffer: &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Velero: vc, Store: store},
 		Clock:  clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
 		EtcdSnapshotDir: o.snapshotDir, ClusterID: o.clusterID, ClusterName: o.clusterName,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify")}
+	if err := pr.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -110,6 +129,25 @@ func run(ctx context.Context, o options) error {
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// s3Store is the object storage of --s3-endpoint, or nil without one.
+func s3Store(o options) (*coffercheck.Store, error) {
+	if o.s3Endpoint == "" {
+		return nil, nil
+	}
+	var ca []byte
+	if o.s3CAFile != "" {
+		var err error
+		if ca, err = os.ReadFile(o.s3CAFile); err != nil {
+			return nil, fmt.Errorf("--s3-ca-file: %w", err)
+		}
+	}
+	id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+	if id == "" || secret == "" {
+		return nil, errors.New("--s3-endpoint is set but AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is empty: mount the Secret coffer-verifier-s3 (deploy/verifier/manager)")
+	}
+	return coffercheck.NewStore(o.s3Endpoint, o.s3Region, id, secret, ca)
+}
 
 // metricsOptions serves /metrics on addr. Secure, it serves HTTPS (certDir's certificate, or a
 // self-signed one) and answers only requests whose bearer token the API server authenticates

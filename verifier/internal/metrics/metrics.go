@@ -23,6 +23,12 @@ var (
 		Help:    "Duration of full-restore verifications, by outcome.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 	}, []string{"outcome"})
+	// PolicyPending is the number of Backups a BackupVerifyPolicy wants verified and cannot start
+	// yet (its maxConcurrentRuns).
+	PolicyPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ugallu_backup_verify_policy_pending_runs",
+		Help: "Verification runs a BackupVerifyPolicy wants and holds back for its concurrency limit.",
+	}, []string{"policy"})
 )
 
-func init() { ctrlmetrics.Registry.MustRegister(Runs, Findings, FullRestoreDuration) }
+func init() { ctrlmetrics.Registry.MustRegister(Runs, Findings, FullRestoreDuration, PolicyPending) }

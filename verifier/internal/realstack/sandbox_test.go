@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
@@ -238,6 +239,32 @@ func TestVerifierConfinedToSandboxes(t *testing.T) {
 		err := sa.Get(ctx, client.ObjectKey{Namespace: own, Name: "kube-root-ca.crt"}, &corev1.ConfigMap{})
 		return err == nil || apierrors.IsNotFound(err), nil
 	}), "the binding gives it read access in its sandbox")
+
+	// RestoreJobs (the coffer backend's full-restore): only into a -bvsandbox namespace, inert,
+	// labelled with a run's UID; never a restore into a tenant's namespace.
+	restoreJob := func(target string, inert bool, labelled bool) *backupsv1.RestoreJob {
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvr-probe-", Namespace: prod},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "any"}, Options: map[string]string{backupsv1.OptionTargetNamespace: target}}}
+		if inert {
+			rj.Spec.Options[backupsv1.OptionInert] = "true"
+		}
+		if labelled {
+			rj.Labels = map[string]string{securityv1.LabelRunUID: "0000-test"}
+		}
+		return rj
+	}
+	refusedByPolicy(t, func() error { return sa.Create(ctx, restoreJob(prod, true, true)) }, "restore into a tenant's namespace")
+	refusedByPolicy(t, func() error {
+		rj := restoreJob(own, true, true)
+		delete(rj.Spec.Options, backupsv1.OptionTargetNamespace)
+		return sa.Create(ctx, rj)
+	}, "restore in place")
+	refusedByPolicy(t, func() error { return sa.Create(ctx, restoreJob(own, false, true)) }, "restore into its sandbox, not inert")
+	refusedByPolicy(t, func() error { return sa.Create(ctx, restoreJob(own, true, false)) }, "restore into its sandbox without a run's UID")
+	admitted := restoreJob(own, true, true)
+	require.NoError(t, sa.Create(ctx, admitted), "an inert restore into its own sandbox")
+	require.NoError(t, sa.Delete(ctx, admitted), "it deletes its RestoreJob")
+
 	require.NoError(t, sa.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: own}}), "it deletes its own sandbox")
 }
 

@@ -52,7 +52,7 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	ctx := context.Background()
 	// kube-controller-manager deletes namespaces, so sandboxes really go away.
-	env, err := velerostack.StartEnvWith(ctx, cluster.Options{ControllerManager: true}, "deploy/verifier/crd")
+	env, err := velerostack.StartEnvWith(ctx, cluster.Options{ControllerManager: true}, "deploy/verifier/crd", "deploy/core-controller/crd")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the cluster and the Velero stack:", err)
 		return 1

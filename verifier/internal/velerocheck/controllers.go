@@ -1,23 +1,13 @@
 package velerocheck
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"strings"
 
-	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 )
 
 // Objects a controller owns are not always in the sandbox under their own names when the diff
@@ -26,7 +16,8 @@ import (
 // under new names (EndpointSlices have generated names), some a moment later. Such an
 // object is derived state: it counts as restored when its controller, as its backup copy names
 // it, is in the sandbox (directly, or through its own controller in turn). Controllers are read
-// from the backup's own copies, in the tarball, and only when something is missing by name.
+// from the backup's own copies, in the tarball, in the pass that also indexes it for the content
+// diff (content.go).
 
 // maxManifest bounds one object's JSON in the tarball; larger entries are not read.
 const maxManifest = 16 << 20
@@ -38,64 +29,6 @@ type objectKey struct {
 
 type controllerRef struct {
 	group, kind, name string
-}
-
-// controllers reads the backup's tarball and returns the controller of every namespaced object
-// that has one. It streams the tarball once and keeps only the references.
-func (c *Checker) controllers(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation) (map[objectKey]controllerRef, error) {
-	body, done, err := c.open(ctx, run, vb, bsl, "contents", velerov1.DownloadTargetKindBackupContents)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	ctrl, err := readControllers(body)
-	if err != nil {
-		return nil, c.storageError(bsl, "reading the backup's tarball", err)
-	}
-	return ctrl, nil
-}
-
-// readControllers reads a Velero backup tarball (resources/<resource>/[<version>-preferredversion/]
-// namespaces/<ns>/<name>.json).
-func readControllers(r io.Reader) (map[objectKey]controllerRef, error) {
-	gz, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, fmt.Errorf("reading the backup's tarball: %w", err)
-	}
-	out := map[objectKey]controllerRef{}
-	tr := tar.NewReader(gz)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the backup's tarball: %w", err)
-		}
-		if hdr.Typeflag != tar.TypeReg || hdr.Size > maxManifest || !strings.HasPrefix(hdr.Name, "resources/") ||
-			!strings.Contains(hdr.Name, "/namespaces/") || !strings.HasSuffix(hdr.Name, ".json") {
-			continue
-		}
-		var obj struct {
-			APIVersion string            `json:"apiVersion"`
-			Kind       string            `json:"kind"`
-			Metadata   metav1.ObjectMeta `json:"metadata"`
-		}
-		if err := json.NewDecoder(tr).Decode(&obj); err != nil {
-			continue // not an object; the diff reports it by name as before
-		}
-		ref := metav1.GetControllerOfNoCopy(&obj.Metadata)
-		if ref == nil || obj.Metadata.Namespace == "" {
-			continue
-		}
-		gv, err := schema.ParseGroupVersion(obj.APIVersion)
-		og, oerr := schema.ParseGroupVersion(ref.APIVersion)
-		if err != nil || oerr != nil {
-			continue
-		}
-		out[objectKey{gk: gv.WithKind(obj.Kind).GroupKind(), ns: obj.Metadata.Namespace, name: obj.Metadata.Name}] =
-			controllerRef{group: og.Group, kind: ref.Kind, name: ref.Name}
-	}
 }
 
 // presence is what the sandbox holds of an object, directly or through its controllers.

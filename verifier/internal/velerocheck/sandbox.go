@@ -199,3 +199,9 @@ func (c *Checker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, 
 
 // bindingDelay bounds how long a new RoleBinding may take to be enforced.
 const bindingDelay = 10 * time.Second
+
+// EnsureSandbox creates (or accepts, when it carries the run's UID) the named sandbox, confined
+// as every sandbox is; see ensureSandbox. Other backends restore into it their own way.
+func (c *Checker) EnsureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding, _ error) {
+	return c.ensureSandbox(ctx, run, name)
+}

@@ -69,6 +69,10 @@ type Checker struct {
 	DownloadTimeout time.Duration
 	// ServiceAccount is the verifier's own identity, bound to SandboxRole in each sandbox.
 	ServiceAccount types.NamespacedName
+	// BeforeDiff, when set, is called once a full-restore's Restore is over and before the diff
+	// reads the sandboxes (source namespace → sandbox). A test hook: tests change what the
+	// Restore brought back through it.
+	BeforeDiff func(ctx context.Context, sandboxes map[string]string)
 
 	mu      sync.Mutex
 	clients map[[sha256.Size]byte]*http.Client
@@ -263,13 +267,9 @@ func (c *Checker) open(ctx context.Context, run *securityv1.BackupVerifyRun, vb 
 }
 
 // regeneratedByControllers drops from missing the objects their restored controllers regenerate
-// (see controllers.go) and counts them as restored.
-func (c *Checker) regeneratedByControllers(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, missing []missingObject,
+// (see controllers.go; ctrl is read from the backup's tarball) and counts them as restored.
+func (c *Checker) regeneratedByControllers(ctx context.Context, missing []missingObject, ctrl map[objectKey]controllerRef,
 	versions map[schema.GroupKind]string, sandboxOf map[string]string, out *Outcome) ([]missingObject, error) {
-	ctrl, err := c.controllers(ctx, run, vb, bsl)
-	if err != nil {
-		return nil, err
-	}
 	left, excluded, err := c.regenerated(ctx, missing, ctrl, versions, sandboxOf)
 	if err != nil {
 		return nil, err
@@ -487,6 +487,21 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		out.Done = false
 		return out, nil
 	}
+	if c.BeforeDiff != nil {
+		c.BeforeDiff(ctx, mapping)
+	}
+	// The backup's tarball is indexed while the sandbox is read (content.go).
+	want := map[objectKey]bool{}
+	for _, src := range sources {
+		for _, o := range objects[src] {
+			if _, ok := ExcludedFromSandbox[o.gvk.GroupKind()]; !ok {
+				want[objectKey{gk: o.gvk.GroupKind(), ns: src, name: o.name}] = true
+			}
+		}
+	}
+	diffCtx, stopDiff := context.WithCancel(ctx)
+	defer stopDiff()
+	content := c.startContentDiff(diffCtx, run, vb, bsl, want, mapping)
 	var missing []missingObject
 	var live []string
 	inertCount := map[string]int{}
@@ -513,6 +528,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 				if why := inert(u); why != "" {
 					live = append(live, describe(o, mapping[src])+": "+why)
 				}
+				content.observe(o, src, mapping[src], u)
 			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: mapping[src], name: o.name})
 			default:
@@ -529,6 +545,20 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	for k, n := range inertCount {
 		out.detail(k, n)
 	}
+	idx, err := content.wait(ctx)
+	switch {
+	case errors.Is(err, errFileMissing):
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+bsl.Name)
+		return out, nil
+	case errors.Is(err, errTarball):
+		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, err.Error())
+		return out, nil
+	case err != nil:
+		return out, fmt.Errorf("reading the backup's tarball to compare the sandbox with it: %w", err)
+	}
+	if err := c.finishContentDiff(ctx, run, vb, bsl, content, idx, mapping, &out); err != nil {
+		return out, fmt.Errorf("locating the differences between the sandbox and the backup: %w", err)
+	}
 	if len(missing) > 0 {
 		versions := map[schema.GroupKind]string{}
 		for _, src := range sources {
@@ -536,7 +566,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 				versions[o.gvk.GroupKind()] = o.gvk.Version
 			}
 		}
-		if missing, err = c.regeneratedByControllers(ctx, run, vb, bsl, missing, versions, mapping, &out); err != nil {
+		if missing, err = c.regeneratedByControllers(ctx, missing, idx.ctrl, versions, mapping, &out); err != nil {
 			return out, fmt.Errorf("checking whether controllers regenerate the objects missing from the sandbox: %w", err)
 		}
 	}
@@ -546,6 +576,9 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	}
 	if out.ObjectsExpected == out.ObjectsRestored && len(out.Findings) == 0 {
 		msg := fmt.Sprintf("all %d namespaced objects of the backup were restored into the sandbox", out.ObjectsExpected)
+		if n := out.Details[DetailObjectsCompared]; n != "" {
+			msg += fmt.Sprintf(", %s of them identical in content to the backup", n)
+		}
 		if n := out.Details[DetailObjectsExcluded]; n != "" {
 			msg += fmt.Sprintf(" (%s left out on purpose: Pods, DaemonSets and what they own)", n)
 		}
@@ -622,6 +655,13 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
 			Object: "velero.io/Restore " + key.Name, Message: "deleting the verification restore: " + err.Error()})
 	}
+	return append(out, c.CleanupSandboxes(ctx, run)...)
+}
+
+// CleanupSandboxes deletes the -bvsandbox namespaces carrying the run's UID, best-effort: each
+// failure is a finding.
+func (c *Checker) CleanupSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
+	var out []securityv1.Finding
 	nss := &corev1.NamespaceList{}
 	if err := c.Reader.List(ctx, nss, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
 		return append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow, Message: "listing sandboxes: " + err.Error()})

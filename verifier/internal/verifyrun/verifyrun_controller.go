@@ -27,6 +27,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
 	"github.com/coffer-backup/coffer/verifier/internal/metrics"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
@@ -84,8 +85,10 @@ const DetailFailure = "failure"
 
 // Reconciler runs one BackupVerifyRun.
 type Reconciler struct {
-	Client   client.Client
-	Velero   *velerocheck.Checker
+	Client client.Client
+	Velero *velerocheck.Checker
+	// Coffer verifies backups.cozystack.io Backups (the coffer backend).
+	Coffer   *coffercheck.Checker
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
 	// EtcdSnapshotDir is --etcd-snapshot-dir.
@@ -215,16 +218,24 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 		setCondition(s.run, ConditionProgressing, metav1.ConditionTrue, ReasonRetrying, msg, s.now)
 		return reconcile.Result{RequeueAfter: delay}, nil
 	case !out.Done:
-		msg := "waiting for velero restore " + velerocheck.RestoreName(s.run)
+		what := "velero restore " + velerocheck.RestoreName(s.run)
+		if s.run.Spec.Backend == securityv1.BackendCoffer {
+			what = "RestoreJob " + coffercheck.RestoreJobName(s.run)
+		}
+		msg := "waiting for " + what
 		poll := min(PollInterval, r.untilDeadline(s))
-		log.V(1).Info("Restore in progress", "restore", velerocheck.RestoreName(s.run), "pollIn", poll)
+		log.V(1).Info("Restore in progress", "restore", what, "pollIn", poll)
 		setCondition(s.run, ConditionProgressing, metav1.ConditionTrue, ReasonRestoreInProgress, msg, s.now)
 		return reconcile.Result{RequeueAfter: poll}, nil
 	}
-	if s.run.Spec.Backend == securityv1.BackendVelero && mode(s.run) == securityv1.ModeFullRestore {
-		log.V(1).Info("Cleaning up the Restore and sandboxes")
+	if mode(s.run) == securityv1.ModeFullRestore {
+		log.V(1).Info("Cleaning up the restore and sandboxes")
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-		out.Findings = append(out.Findings, r.Velero.Cleanup(cctx, s.run)...)
+		if s.run.Spec.Backend == securityv1.BackendCoffer {
+			out.Findings = append(out.Findings, r.Coffer.Cleanup(cctx, s.run)...)
+		} else {
+			out.Findings = append(out.Findings, r.Velero.Cleanup(cctx, s.run)...)
+		}
 		cancel()
 	}
 	log.V(1).Info("Writing the Result", "findings", len(out.Findings))
@@ -284,6 +295,10 @@ func (r *Reconciler) execute(ctx context.Context, run *securityv1.BackupVerifyRu
 			err = reconcile.TerminalError(fmt.Errorf("%w; see the verifier's log", err))
 		}
 		return out, err
+	case run.Spec.Backend == securityv1.BackendCoffer && mode(run) == securityv1.ModeFullRestore:
+		return r.Coffer.FullRestore(ctx, run)
+	case run.Spec.Backend == securityv1.BackendCoffer:
+		return r.Coffer.Checksum(ctx, run)
 	case mode(run) == securityv1.ModeFullRestore:
 		return r.Velero.FullRestore(ctx, run)
 	default:
@@ -410,7 +425,11 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.Backu
 	if top != nil {
 		attrs["topFinding"] = top.Code
 	}
-	// The event first: once the phase is terminal the run is never reconciled again.
+	// The verdict on the Backup and the event first: once the phase is terminal the run is never
+	// reconciled again.
+	if err := r.recordVerdict(ctx, s, res, eventType, msg); err != nil {
+		return err
+	}
 	if err := r.emit(ctx, s.run, eventType, sev, msg, attrs); err != nil {
 		return err
 	}

@@ -1,0 +1,333 @@
+// Package coffercheck verifies Coffer's own Backups (backups.cozystack.io), whatever driver made
+// them:
+//
+//   - checksum-only reads the artifact the Backup records in status.artifact and compares its size
+//     and SHA-256 with it: a Velero tarball through Velero's DownloadRequest (as the velero
+//     backend does), any other s3:// artifact from the S3 endpoint the administrator gave the
+//     verifier;
+//   - full-restore restores the Backup through the driver contract: a RestoreJob in the Backup's
+//     namespace whose spec.options.targetNamespace is the run's sandbox (created, confined and
+//     bound as for the velero backend, plus a ResourceQuota of zero pods), so every driver that
+//     implements restores into another namespace, third-party ones included, can be verified
+//     without the verifier knowing it. The admission policy coffer-restore-target admits that
+//     RestoreJob because the verifier may create RestoreJobs in its sandbox (ClusterRole
+//     coffer-verifier-sandbox) and nobody else may; coffer-verifier-confinement lets the
+//     verifier create no other RestoreJob.
+//
+// Findings are facts about the Backup; an error is trouble carrying the verification out, retried
+// by the caller within the run's timeout, and final when wrapped in reconcile.TerminalError.
+package coffercheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/velerokit/download"
+	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
+)
+
+// Checker verifies backups.cozystack.io Backups.
+type Checker struct {
+	// Reader reads the API server directly.
+	Reader client.Reader
+	// Client writes the verifier's RestoreJobs and sandbox objects.
+	Client client.Client
+	// Velero reads Velero tarballs and makes sandboxes.
+	Velero *velerocheck.Checker
+	// Store reads s3:// artifacts of other drivers; nil when the verifier was given no endpoint.
+	Store *Store
+}
+
+// SandboxQuota is the ResourceQuota of zero pods in each sandbox of a coffer full-restore: whatever
+// the driver restores, nothing in the sandbox can start a pod.
+const SandboxQuota = "coffer-verifier-no-pods"
+
+// BackupKey is the Backup a run of the coffer backend verifies.
+func BackupKey(run *securityv1.BackupVerifyRun) client.ObjectKey {
+	ns := run.Spec.BackupRef.Namespace
+	if ns == "" {
+		ns = run.Namespace
+	}
+	return client.ObjectKey{Namespace: ns, Name: run.Spec.BackupRef.Name}
+}
+
+func object(key client.ObjectKey) string { return "backups.cozystack.io/Backup " + key.String() }
+
+// backup reads the Backup under verification. A Backup that is gone, being deleted, or not Ready
+// with an artifact cannot be verified: the run ends BackupVerifyFailed, saying why, and no verdict
+// is recorded (retention may have pruned it while the run waited; that says nothing bad about it).
+func (c *Checker) backup(ctx context.Context, run *securityv1.BackupVerifyRun, out *velerocheck.Outcome) (*backupsv1.Backup, error) {
+	key := BackupKey(run)
+	b := &backupsv1.Backup{}
+	err := c.Reader.Get(ctx, key, b)
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && !b.DeletionTimestamp.IsZero():
+		msg := fmt.Sprintf("Backup %s does not exist or is being deleted: there is nothing to verify", key)
+		out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeBackupNotFound, Severity: securityv1.SeverityMedium, Object: object(key), Message: msg})
+		return nil, reconcile.TerminalError(errors.New(msg))
+	case err != nil:
+		return nil, velerocheck.APIError("reading Backup "+key.String(), err)
+	case b.Status.Phase != backupsv1.BackupReady || b.Status.Artifact == nil:
+		msg := fmt.Sprintf("Backup %s is %q without a recorded artifact: only a Ready Backup can be verified", key, b.Status.Phase)
+		if b.Status.Phase == backupsv1.BackupReady {
+			msg = fmt.Sprintf("Backup %s records no artifact in status.artifact: its driver (%s) does not say where it is", key, ptrString(b.Spec.StrategyRef.APIGroup))
+		}
+		out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeBackupNotReady, Severity: securityv1.SeverityMedium, Object: object(key), Message: msg})
+		return nil, reconcile.TerminalError(errors.New(msg))
+	}
+	return b, nil
+}
+
+func madeByVelero(b *backupsv1.Backup) bool {
+	return b.Spec.StrategyRef.APIGroup != nil && *b.Spec.StrategyRef.APIGroup == velerodriverv1.Group
+}
+
+// Checksum reads the stored artifact once and compares its size and SHA-256 with status.artifact.
+func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (velerocheck.Outcome, error) {
+	out := velerocheck.Outcome{Done: true}
+	b, err := c.backup(ctx, run, &out)
+	if err != nil {
+		return out, err
+	}
+	art := b.Status.Artifact
+	out.RecordedChecksum = art.Checksum
+	var d download.Digest
+	var missing string
+	if madeByVelero(b) {
+		// The Velero backup the driver recorded, read as the velero backend reads it.
+		vrun := run.DeepCopy()
+		vrun.Spec.BackupRef = securityv1.BackupRef{Name: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]}
+		if vrun.Spec.BackupRef.Name == "" {
+			return out, reconcile.TerminalError(fmt.Errorf("Backup %s of driver %s records no Velero backup (driverMetadata.%s)", client.ObjectKeyFromObject(b), velerodriverv1.Group, velerodriverv1.MetaBackupName))
+		}
+		vout, err := c.Velero.Checksum(ctx, vrun)
+		if err != nil {
+			return out, err
+		}
+		if vout.ComputedChecksum == "" {
+			// The Velero backup or its tarball is gone: keep what velerocheck found.
+			for _, f := range vout.Findings {
+				if f.Code == securityv1.CodeVeleroCRDMissing {
+					// Velero is not installed where the verifier runs: that says nothing about
+					// the artifact, so no verdict (above all no failed one) is recorded.
+					return out, reconcile.TerminalError(fmt.Errorf("Backup %s was made by %s, but %s: it cannot be read through Velero",
+						client.ObjectKeyFromObject(b), velerodriverv1.Group, f.Message))
+				}
+				if f.Severity.AtLeast(securityv1.SeverityHigh) {
+					missing = f.Message
+				}
+			}
+			if missing == "" {
+				return out, reconcile.TerminalError(fmt.Errorf("the Velero backup %s could not be read", vrun.Spec.BackupRef.Name))
+			}
+		}
+		d = download.Digest{SizeBytes: vout.SizeBytes}
+		d.SHA256 = strings.TrimPrefix(vout.ComputedChecksum, "sha256:")
+	} else {
+		bucket, key, err := ParseS3URI(art.URI)
+		if err != nil {
+			return out, reconcile.TerminalError(fmt.Errorf("checksum-only reads s3:// artifacts: %w", err))
+		}
+		if c.Store == nil {
+			return out, reconcile.TerminalError(fmt.Errorf("the verifier has no object storage to read %s from: set --s3-endpoint and the Secret coffer-verifier-s3 (deploy/verifier/manager)", art.URI))
+		}
+		d, err = c.Store.Hash(ctx, bucket, key)
+		switch {
+		case errors.Is(err, errObjectMissing):
+			missing = fmt.Sprintf("the artifact %s does not exist at %s", art.URI, c.Store.Endpoint)
+		case err != nil:
+			return out, err
+		}
+	}
+	return compare(out, b, d, missing), nil
+}
+
+// compare judges a read artifact against status.artifact.
+func compare(out velerocheck.Outcome, b *backupsv1.Backup, d download.Digest, missing string) velerocheck.Outcome {
+	obj := object(client.ObjectKeyFromObject(b))
+	art := b.Status.Artifact
+	add := func(code string, sev securityv1.Severity, msg string) {
+		out.Findings = append(out.Findings, securityv1.Finding{Code: code, Severity: sev, Object: obj, Message: msg})
+	}
+	if missing != "" {
+		add(securityv1.CodeArtifactMissing, securityv1.SeverityHigh, missing)
+		return out
+	}
+	out.ComputedChecksum, out.SizeBytes = d.Checksum(), d.SizeBytes
+	ok := true
+	if art.SizeBytes > 0 && art.SizeBytes != d.SizeBytes {
+		ok = false
+		add(securityv1.CodeSizeMismatch, securityv1.SeverityCritical, fmt.Sprintf("the stored artifact %s holds %d bytes, but the Backup records %d", art.URI, d.SizeBytes, art.SizeBytes))
+	}
+	switch {
+	case art.Checksum == "":
+		add(securityv1.CodeChecksumNotRecorded, securityv1.SeverityMedium, fmt.Sprintf("the Backup records no checksum; computed %s over %d bytes", out.ComputedChecksum, d.SizeBytes))
+		ok = false
+	case art.Checksum != out.ComputedChecksum:
+		ok = false
+		add(securityv1.CodeChecksumMismatch, securityv1.SeverityCritical, fmt.Sprintf("the stored artifact's SHA-256 is %s, but the Backup records %s", out.ComputedChecksum, art.Checksum))
+	}
+	if ok {
+		add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, fmt.Sprintf("the stored artifact %s (%d bytes) matches the recorded %s", art.URI, d.SizeBytes, art.Checksum))
+	}
+	return out
+}
+
+// RestoreJobName is the name of a run's RestoreJob, in the Backup's namespace.
+func RestoreJobName(run *securityv1.BackupVerifyRun) string {
+	return backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Name, string(run.UID)[:8])
+}
+
+// Reasons a driver gives when it cannot restore into a sandbox at all: the verification could not
+// be carried out, which says nothing about the Backup.
+var cannotTryReasons = map[string]bool{
+	"TargetNotSupported": true, "TargetNotAuthorized": true, backupsv1.ReasonTargetApplicationUnsupported: true,
+	backupsv1.ReasonNoDriverClaimed: true, backupsv1.ReasonBackupNotFound: true,
+}
+
+// FullRestore advances a full-restore: the sandbox, the RestoreJob, and once it ended, the verdict.
+func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (velerocheck.Outcome, error) {
+	out := velerocheck.Outcome{Done: true}
+	key := client.ObjectKey{Namespace: BackupKey(run).Namespace, Name: RestoreJobName(run)}
+	rj := &backupsv1.RestoreJob{}
+	err := c.Reader.Get(ctx, key, rj)
+	switch {
+	case apierrors.IsNotFound(err):
+		rj = nil
+	case err != nil:
+		return out, velerocheck.APIError("reading RestoreJob "+key.String(), err)
+	case rj.Labels[securityv1.LabelRunUID] != string(run.UID):
+		return out, reconcile.TerminalError(fmt.Errorf("RestoreJob %s exists and does not belong to this run (its %s label is %q); delete it, then create the run again",
+			key, securityv1.LabelRunUID, rj.Labels[securityv1.LabelRunUID]))
+	}
+	if rj == nil {
+		b, err := c.backup(ctx, run, &out)
+		if err != nil {
+			return out, err
+		}
+		wait, f, err := c.Velero.EnsureSandbox(ctx, run, run.Spec.SandboxNamespace)
+		switch {
+		case err != nil:
+			return out, err
+		case f != nil:
+			out.Findings = append(out.Findings, *f)
+			return out, nil
+		case wait:
+			out.Done = false
+			return out, nil
+		}
+		if err := c.noPods(ctx, run); err != nil {
+			return out, err
+		}
+		if rj, err = c.createRestoreJob(ctx, run, b, key); err != nil {
+			return out, err
+		}
+	}
+	obj := "backups.cozystack.io/RestoreJob " + key.String()
+	ready := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
+	switch rj.Status.Phase {
+	case backupsv1.RestoreJobSucceeded:
+	case backupsv1.RestoreJobFailed:
+		reason, msg := rj.Status.Message, rj.Status.Message
+		if ready != nil {
+			reason, msg = ready.Reason, ready.Message
+		}
+		if cannotTryReasons[reason] {
+			return out, reconcile.TerminalError(fmt.Errorf("the Backup's driver did not restore it into the sandbox (%s: %s): it cannot be verified by full-restore", reason, msg))
+		}
+		out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeRestoreFailed, Severity: securityv1.SeverityCritical, Object: obj,
+			Message: fmt.Sprintf("the restore into the sandbox failed (%s): %s", reason, msg)})
+		return out, nil
+	default:
+		out.Done = false
+		return out, nil
+	}
+	msg := "the Backup's driver restored it into sandbox " + run.Spec.SandboxNamespace
+	if it := rj.Status.Items; it != nil {
+		out.Details = map[string]string{"itemsRestored": fmt.Sprint(it.Restored), "itemsSkipped": fmt.Sprint(it.Skipped), "itemsFailed": fmt.Sprint(it.Failed)}
+		msg += fmt.Sprintf(" (%d item(s) restored, %d skipped, %d failed)", it.Restored, it.Skipped, it.Failed)
+		if it.Failed > 0 {
+			out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeRestorePartiallyFailed, Severity: securityv1.SeverityHigh, Object: obj,
+				Message: fmt.Sprintf("the restore into the sandbox failed for %d item(s): %s", it.Failed, restoreMessage(rj))})
+			return out, nil
+		}
+	}
+	out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeRestoreSucceeded, Severity: securityv1.SeverityInfo, Object: obj, Message: msg})
+	return out, nil
+}
+
+// noPods creates the sandbox's ResourceQuota of zero pods (once; AlreadyExists is this run's own).
+func (c *Checker) noPods(ctx context.Context, run *securityv1.BackupVerifyRun) error {
+	q := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: SandboxQuota, Namespace: run.Spec.SandboxNamespace, Labels: map[string]string{securityv1.LabelRunUID: string(run.UID)}},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}},
+	}
+	if err := c.Client.Create(ctx, q); err != nil && !apierrors.IsAlreadyExists(err) {
+		return velerocheck.APIError(fmt.Sprintf("creating ResourceQuota %s in sandbox %s", SandboxQuota, run.Spec.SandboxNamespace), err)
+	}
+	return nil
+}
+
+func (c *Checker) createRestoreJob(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, key client.ObjectKey) (*backupsv1.RestoreJob, error) {
+	rj := &backupsv1.RestoreJob{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{
+			securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}},
+		Spec: backupsv1.RestoreJobSpec{
+			BackupRef: corev1.LocalObjectReference{Name: b.Name},
+			Options:   map[string]string{backupsv1.OptionTargetNamespace: run.Spec.SandboxNamespace, backupsv1.OptionInert: "true"},
+		},
+	}
+	if err := c.Client.Create(ctx, rj); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("RestoreJob %s was created meanwhile; reading it again", key)
+		}
+		return nil, velerocheck.APIError("creating RestoreJob "+key.String(), err)
+	}
+	return rj, nil
+}
+
+// Cleanup deletes the run's RestoreJob and sandbox, best-effort: each failure is a finding.
+// Nothing but objects carrying the run's UID is deleted.
+func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
+	var out []securityv1.Finding
+	key := client.ObjectKey{Namespace: BackupKey(run).Namespace, Name: RestoreJobName(run)}
+	rj := &backupsv1.RestoreJob{}
+	err := c.Reader.Get(ctx, key, rj)
+	if err == nil && rj.Labels[securityv1.LabelRunUID] == string(run.UID) {
+		err = c.Client.Delete(ctx, rj, client.Preconditions{UID: &rj.UID})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
+			Object: "backups.cozystack.io/RestoreJob " + key.String(), Message: "deleting the verification RestoreJob: " + err.Error()})
+	}
+	return append(out, c.Velero.CleanupSandboxes(ctx, run)...)
+}
+
+// restoreMessage is what the RestoreJob says of its end: its Ready condition's message, or its
+// status message.
+func restoreMessage(rj *backupsv1.RestoreJob) string {
+	if c := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady); c != nil && c.Message != "" {
+		return c.Message
+	}
+	return rj.Status.Message
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,90 @@
+package coffercheck
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/coffer-backup/coffer/velerokit/download"
+)
+
+// Store reads artifacts from the one S3 endpoint the administrator gave the verifier
+// (--s3-endpoint, read-only credentials). An artifact URI names only a bucket and a key: the
+// endpoint never comes from a Backup, whose driver metadata a tenant may have influenced, so the
+// verifier never sends its signature anywhere else.
+type Store struct {
+	Endpoint string
+	client   *minio.Client
+}
+
+// NewStore returns a Store of endpoint (http://host:port or https://host[:port]) with static
+// credentials, trusting caPEM besides the system's roots when it is set.
+func NewStore(endpoint, region, accessKeyID, secretAccessKey string, caPEM []byte) (*Store, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--s3-endpoint %q is not http(s)://host[:port]", endpoint)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = time.Minute
+	if len(caPEM) > 0 {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, errors.New("the S3 CA bundle holds no PEM certificate")
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	c, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(accessKeyID, secretAccessKey, ""),
+		Secure: u.Scheme == "https", Region: region, Transport: tr})
+	if err != nil {
+		return nil, fmt.Errorf("S3 client of %s: %w", endpoint, err)
+	}
+	c.SetAppInfo("coffer-verifier", "v1alpha1")
+	return &Store{Endpoint: endpoint, client: c}, nil
+}
+
+// ParseS3URI splits s3://bucket/key.
+func ParseS3URI(uri string) (bucket, key string, err error) {
+	rest, ok := strings.CutPrefix(uri, "s3://")
+	bucket, key, _ = strings.Cut(rest, "/")
+	if !ok || bucket == "" || key == "" {
+		return "", "", fmt.Errorf("artifact URI %q is not s3://bucket/key", uri)
+	}
+	return bucket, key, nil
+}
+
+// errObjectMissing is the store's definite answer that the object does not exist.
+var errObjectMissing = errors.New("the object does not exist")
+
+// Hash streams the object once and returns its size and SHA-256.
+func (s *Store) Hash(ctx context.Context, bucket, key string) (download.Digest, error) {
+	obj, err := s.client.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return download.Digest{}, s.storeError(err)
+	}
+	defer obj.Close()
+	d, err := download.Hash(obj)
+	if err != nil {
+		return download.Digest{}, s.storeError(err)
+	}
+	return d, nil
+}
+
+func (s *Store) storeError(err error) error {
+	switch minio.ToErrorResponse(err).Code {
+	case minio.NoSuchKey, minio.NoSuchBucket:
+		return fmt.Errorf("%w: %v", errObjectMissing, err)
+	}
+	return fmt.Errorf("reading from S3 endpoint %s: %w; check that it is reachable from the verifier and that its credentials (Secret coffer-verifier-s3, deploy/verifier/manager) may read the bucket", s.Endpoint, err)
+}

@@ -1,0 +1,451 @@
+package realstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
+	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
+)
+
+// The suite installs only the verifier's CRDs; the coffer backend verifies Coffer's own Backups,
+// so these tests install the core CRDs (deploy/core-controller/crd) once, as the product ships them.
+var (
+	cofferCRDsOnce sync.Once
+	cofferCRDsErr  error
+)
+
+func installCofferCRDs(t *testing.T) {
+	t.Helper()
+	cofferCRDsOnce.Do(func() {
+		root, err := manifests.RepoRoot()
+		if err != nil {
+			cofferCRDsErr = err
+			return
+		}
+		objs, err := manifests.Render(filepath.Join(root, "deploy", "core-controller", "crd"))
+		if err != nil {
+			cofferCRDsErr = err
+			return
+		}
+		cofferCRDsErr = manifests.Apply(context.Background(), cl, objs)
+	})
+	require.NoError(t, cofferCRDsErr, "installing deploy/core-controller/crd")
+}
+
+// cofferHarness is a harness whose reconciler verifies Coffer Backups, reading s3:// artifacts
+// from the suite's MinIO as the verifier reads them from --s3-endpoint (cmd/verifier: NewStore).
+func cofferHarness(t *testing.T) *harness {
+	t.Helper()
+	installCofferCRDs(t)
+	h := newHarness(t)
+	store, err := coffercheck.NewStore(stack.S3URL(), "us-east-1", velerostack.AccessKey, velerostack.SecretKey, stack.CACert)
+	require.NoError(t, err)
+	h.r.Coffer = &coffercheck.Checker{Reader: cl, Client: cl, Velero: h.r.Velero, Store: store}
+	return h
+}
+
+// The driver of the Backups whose artifacts the verifier reads from its own S3 endpoint.
+const jobDriverGroup = "jobdriver.backups.cozystack.io"
+
+// cofferBackup creates a Backup in "default" as the core controller creates one (spec as the CRD
+// requires) and, as its driver does, writes status through the status subresource: phase and art.
+func cofferBackup(t *testing.T, name, driverGroup string, driverMetadata map[string]string, phase backupsv1.BackupPhase, art *backupsv1.BackupArtifact) *backupsv1.Backup {
+	t.Helper()
+	ctx := context.Background()
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: backupsv1.BackupSpec{
+			ApplicationRef: corev1TypedRef("apps.cozystack.io", "Postgres", "db"),
+			StrategyRef:    corev1TypedRef(driverGroup, "Strategy", "nightly"),
+			TakenAt:        metav1.NewTime(time.Now().Truncate(time.Second)),
+			DriverMetadata: driverMetadata,
+		}}
+	require.NoError(t, cl.Create(ctx, b))
+	b.Status.Phase, b.Status.Artifact = phase, art
+	require.NoError(t, cl.Status().Update(ctx, b))
+	return b
+}
+
+func corev1TypedRef(group, kind, name string) corev1.TypedLocalObjectReference {
+	return corev1.TypedLocalObjectReference{APIGroup: &group, Kind: kind, Name: name}
+}
+
+// putArtifact uploads data as key of the stack's bucket and returns the artifact recording it.
+func putArtifact(t *testing.T, key string, data []byte) *backupsv1.BackupArtifact {
+	t.Helper()
+	putBucketObject(t, key, data)
+	sum := sha256.Sum256(data)
+	return &backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + key, SizeBytes: int64(len(data)), Checksum: "sha256:" + hex.EncodeToString(sum[:])}
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return b
+}
+
+// cofferRun creates a checksum-only run of the coffer backend of Backup name in "default",
+// labelled with the Backup's UID when uid is set (as the policy reconciler labels its runs).
+func cofferRun(t *testing.T, name, backup string, uid string) *securityv1.BackupVerifyRun {
+	t.Helper()
+	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: backup},
+			Mode: securityv1.ModeChecksumOnly, Timeout: &metav1.Duration{Duration: 5 * time.Minute}}}
+	if uid != "" {
+		run.Labels = map[string]string{securityv1.LabelBackupUID: uid}
+	}
+	require.NoError(t, cl.Create(context.Background(), run))
+	return run
+}
+
+func getBackup(t *testing.T, b *backupsv1.Backup) *backupsv1.Backup {
+	t.Helper()
+	out := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKeyFromObject(b), out))
+	return out
+}
+
+// assertVerdict: the Backup records the run's checksum-only verdict (result, the run's Result)
+// and its Verified condition says status/reason; no full-restore verdict is made up.
+func assertVerdict(t *testing.T, b *backupsv1.Backup, run *securityv1.BackupVerifyRun, result backupsv1.VerificationResult, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	got := getBackup(t, b)
+	require.NotNil(t, got.Status.Verification, "status: %+v", got.Status)
+	v := got.Status.Verification.Checksum
+	require.NotNil(t, v, "verification: %+v", got.Status.Verification)
+	assert.Equal(t, result, v.Result)
+	require.NotNil(t, v.ResultRef)
+	assert.Equal(t, backupsv1.VerificationResultRef{Namespace: run.Namespace, Name: run.Status.ResultRef}, *v.ResultRef)
+	assert.Nil(t, got.Status.Verification.FullRestore)
+	c := meta.FindStatusCondition(got.Status.Conditions, backupsv1.ConditionVerified)
+	require.NotNil(t, c, "conditions: %v", got.Status.Conditions)
+	assert.Equal(t, status, c.Status, c.Message)
+	assert.Equal(t, reason, c.Reason, c.Message)
+	assert.Equal(t, got.Generation, c.ObservedGeneration)
+	// The driver's part of the status is left as it was.
+	assert.Equal(t, backupsv1.BackupReady, got.Status.Phase)
+	assert.Equal(t, b.Status.Artifact, got.Status.Artifact)
+}
+
+// assertMismatch: the run Failed on a finding about the Backup: Ready=False BackupVerifyMismatch,
+// exactly one Mismatch SecurityEvent (class Detection) and neither a Completed nor a Failed one.
+func assertMismatch(t *testing.T, run *securityv1.BackupVerifyRun) {
+	t.Helper()
+	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+	ready := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady)
+	require.NotNil(t, ready, "conditions: %v", run.Status.Conditions)
+	assert.Equal(t, metav1.ConditionFalse, ready.Status)
+	assert.Equal(t, verifyrun.ReasonBackupVerifyMismatch, ready.Reason)
+	ev := securityEvents(t, run)
+	require.Len(t, ev[securityv1.EventBackupVerifyMismatch], 1, "events: %v", ev)
+	mm := ev[securityv1.EventBackupVerifyMismatch][0]
+	assert.Equal(t, securityv1.ClassDetection, mm.Spec.Class)
+	assert.Equal(t, string(securityv1.BackendCoffer), mm.Spec.Attributes["backend"])
+	assert.Equal(t, run.Spec.BackupRef.Name, mm.Spec.Attributes["backup"])
+	assert.Equal(t, run.UID, mm.Spec.Subject.UID)
+	assert.Empty(t, ev[securityv1.EventBackupVerifyCompleted])
+	assert.Empty(t, ev[securityv1.EventBackupVerifyFailed])
+}
+
+// TestCofferChecksumOnly: a Backup of a driver that stores its artifact in S3 (not Velero) is
+// verified against status.artifact by reading the object from the verifier's S3 endpoint. A
+// sound artifact passes and the verdict is recorded on the Backup (Verified=True,
+// ChecksumVerified); the same object with one byte flipped (same size) is a critical
+// checksum-mismatch, a Mismatch SecurityEvent, and Verified=False; put back, it passes again.
+func TestCofferChecksumOnly(t *testing.T) {
+	name := uniq("cof")
+	key := "coffer-job/" + name + "/artifact.tar.zst"
+	data := randomBytes(t, 3<<20+17) // several of Hash's buffers, not a multiple of them
+	art := putArtifact(t, key, data)
+	t.Cleanup(func() {
+		_ = stack.S3.RemoveObject(context.Background(), velerostack.Bucket, key, minio.RemoveObjectOptions{})
+	})
+	b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady, art)
+
+	t.Run("a sound artifact passes and the verdict is recorded", func(t *testing.T) {
+		h := cofferHarness(t)
+		run := cofferRun(t, name+"-ok", b.Name, string(b.UID))
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		assert.Equal(t, securityv1.SeverityInfo, run.Status.WorstSeverity)
+		ready := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady)
+		require.NotNil(t, ready)
+		assert.Equal(t, metav1.ConditionTrue, ready.Status)
+		assert.Equal(t, verifyrun.ReasonBackupVerifyCompleted, ready.Reason)
+
+		res := result(t, run)
+		assert.Equal(t, run.UID, res.Spec.RunRef.UID)
+		assert.Equal(t, securityv1.BackendCoffer, res.Spec.Backend)
+		assert.Equal(t, securityv1.ModeChecksumOnly, res.Spec.Mode)
+		assert.Equal(t, art.Checksum, res.Spec.RecordedChecksum)
+		assert.Equal(t, art.Checksum, res.Spec.ComputedChecksum)
+		assert.Equal(t, int64(len(data)), res.Spec.SizeBytes)
+		require.Equal(t, []string{securityv1.CodeChecksumMatch}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+		assert.Equal(t, "backups.cozystack.io/Backup default/"+name, res.Spec.Findings[0].Object)
+		assert.Empty(t, res.Spec.Details[verifyrun.DetailFailure])
+
+		ev := securityEvents(t, run)
+		assert.Len(t, ev[securityv1.EventBackupVerifyStarted], 1)
+		require.Len(t, ev[securityv1.EventBackupVerifyCompleted], 1, "events: %v", ev)
+		assert.Equal(t, securityv1.ClassCompliance, ev[securityv1.EventBackupVerifyCompleted][0].Spec.Class)
+		assert.Empty(t, ev[securityv1.EventBackupVerifyMismatch])
+
+		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonChecksumVerified)
+	})
+
+	t.Run("one flipped byte in the stored object is a mismatch", func(t *testing.T) {
+		flipped := append([]byte(nil), data...)
+		flipped[len(flipped)/2] ^= 0x01
+		putBucketObject(t, key, flipped)
+		t.Cleanup(func() { putBucketObject(t, key, data) })
+
+		h := cofferHarness(t)
+		run := cofferRun(t, name+"-flipped", b.Name, string(b.UID))
+		h.finish(run)
+		assertMismatch(t, run)
+		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
+		res := result(t, run)
+		assert.Equal(t, securityv1.SeverityCritical, res.Status.WorstSeverity)
+		require.Equal(t, []string{securityv1.CodeChecksumMismatch}, codes(res.Spec.Findings), "same size: no size-mismatch\n%s", findingsOf(res.Spec.Findings))
+		sum := sha256.Sum256(flipped)
+		assert.Equal(t, "sha256:"+hex.EncodeToString(sum[:]), res.Spec.ComputedChecksum)
+		assert.Equal(t, art.Checksum, res.Spec.RecordedChecksum)
+		assert.Equal(t, int64(len(data)), res.Spec.SizeBytes)
+		assert.Contains(t, res.Spec.Findings[0].Message, art.Checksum)
+		assert.Equal(t, securityv1.CodeChecksumMismatch, securityEvents(t, run)[securityv1.EventBackupVerifyMismatch][0].Spec.Attributes["topFinding"])
+
+		assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch)
+	})
+
+	t.Run("the object put back passes again", func(t *testing.T) {
+		require.Equal(t, data, bucketObject(t, key))
+		h := cofferHarness(t)
+		run := cofferRun(t, name+"-again", b.Name, string(b.UID))
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonChecksumVerified)
+	})
+}
+
+// TestCofferSizeMismatch: a stored object shorter than status.artifact.sizeBytes is both a size
+// and a checksum mismatch, each critical.
+func TestCofferSizeMismatch(t *testing.T) {
+	name := uniq("cofsz")
+	key := "coffer-job/" + name + "/artifact"
+	data := randomBytes(t, 64<<10)
+	art := putArtifact(t, key, data)
+	putBucketObject(t, key, data[:len(data)-1]) // the last byte lost after the driver recorded it
+	t.Cleanup(func() {
+		_ = stack.S3.RemoveObject(context.Background(), velerostack.Bucket, key, minio.RemoveObjectOptions{})
+	})
+	b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady, art)
+
+	h := cofferHarness(t)
+	run := cofferRun(t, name, b.Name, string(b.UID))
+	h.finish(run)
+	assertMismatch(t, run)
+	res := result(t, run)
+	assert.ElementsMatch(t, []string{securityv1.CodeSizeMismatch, securityv1.CodeChecksumMismatch}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+	for _, f := range res.Spec.Findings {
+		assert.Equal(t, securityv1.SeverityCritical, f.Severity, f.Code)
+	}
+	assert.Equal(t, int64(len(data)-1), res.Spec.SizeBytes)
+	assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch)
+}
+
+// TestCofferArtifactMissing: the object status.artifact names is gone from the store (the store
+// answers NoSuchKey). That is a fact about the Backup, not trouble to retry: an artifact-missing
+// finding (high) in one pass, a Mismatch event, and Verified=False on the Backup.
+func TestCofferArtifactMissing(t *testing.T) {
+	name := uniq("cofgone")
+	key := "coffer-job/" + name + "/artifact"
+	art := putArtifact(t, key, randomBytes(t, 4096))
+	b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady, art)
+	require.NoError(t, stack.S3.RemoveObject(context.Background(), velerostack.Bucket, key, minio.RemoveObjectOptions{}))
+	_, err := stack.S3.StatObject(context.Background(), velerostack.Bucket, key, minio.StatObjectOptions{})
+	require.Equal(t, minio.NoSuchKey, minio.ToErrorResponse(err).Code, "the object is gone: %v", err)
+
+	h := cofferHarness(t)
+	run := cofferRun(t, name, b.Name, string(b.UID))
+	h.step(run)
+	require.True(t, run.Status.Phase.IsTerminal(), "one pass finds the artifact missing; status: %+v", run.Status)
+	assertMismatch(t, run)
+	assert.Equal(t, securityv1.SeverityHigh, run.Status.WorstSeverity)
+	res := result(t, run)
+	require.Equal(t, []string{securityv1.CodeArtifactMissing}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+	assert.Equal(t, securityv1.SeverityHigh, res.Spec.Findings[0].Severity)
+	assert.Contains(t, res.Spec.Findings[0].Message, art.URI)
+	assert.Empty(t, res.Spec.ComputedChecksum, "nothing was read")
+	assert.Empty(t, res.Spec.Details[verifyrun.DetailFailure], "a verdict, not a failure to verify")
+	assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch)
+
+	// A missing bucket is as definite an answer.
+	name2 := uniq("cofnobucket")
+	b2 := cofferBackup(t, name2, jobDriverGroup, nil, backupsv1.BackupReady,
+		&backupsv1.BackupArtifact{URI: "s3://no-such-bucket/" + name2, SizeBytes: 1, Checksum: art.Checksum})
+	run2 := cofferRun(t, name2, b2.Name, string(b2.UID))
+	h.step(run2)
+	require.True(t, run2.Status.Phase.IsTerminal(), "status: %+v", run2.Status)
+	assertMismatch(t, run2)
+	assert.Equal(t, []string{securityv1.CodeArtifactMissing}, codes(result(t, run2).Spec.Findings))
+}
+
+// TestCofferBackupNotFound: a run of a Backup that does not exist ends in its first pass, Failed
+// as not carried out (BackupVerifyFailed, no finding of high or worse: nothing is claimed about a
+// Backup retention may have pruned), with a backup-not-found finding; it is not left Running, and
+// no Backup is created or written. A Backup that is not Ready ends the same way (backup-not-ready).
+func TestCofferBackupNotFound(t *testing.T) {
+	h := cofferHarness(t)
+	name := uniq("cofnone")
+	run := cofferRun(t, name, name, "")
+	res := h.step(run)
+	require.True(t, run.Status.Phase.IsTerminal(), "terminal after one pass; status: %+v", run.Status)
+	assert.Zero(t, res.RequeueAfter, "not polled again")
+	assertVerifyFailed(t, run)
+	r := result(t, run)
+	require.Equal(t, []string{securityv1.CodeBackupNotFound}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+	assert.Equal(t, securityv1.SeverityMedium, r.Spec.Findings[0].Severity)
+	assert.Equal(t, "backups.cozystack.io/Backup default/"+name, r.Spec.Findings[0].Object)
+	assert.Contains(t, r.Spec.Details[verifyrun.DetailFailure], "does not exist")
+	assert.Contains(t, run.Status.Message, "does not exist")
+	assert.NotContains(t, run.Status.Message, "terminal error")
+	err := cl.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &backupsv1.Backup{})
+	assert.True(t, apierrors.IsNotFound(err), "no Backup was created: %v", err)
+
+	// Terminal runs are never touched again.
+	rv := run.ResourceVersion
+	h.step(run)
+	assert.Equal(t, rv, run.ResourceVersion)
+
+	// A Backup in another namespace than the run's is looked up there.
+	other := uniq("cofns")
+	run2 := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: other, Namespace: "default"},
+		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: other, Namespace: "kube-public"}}}
+	require.NoError(t, cl.Create(context.Background(), run2))
+	h.step(run2)
+	require.True(t, run2.Status.Phase.IsTerminal())
+	r2 := result(t, run2)
+	require.Equal(t, []string{securityv1.CodeBackupNotFound}, codes(r2.Spec.Findings))
+	assert.Equal(t, "backups.cozystack.io/Backup kube-public/"+other, r2.Spec.Findings[0].Object)
+
+	// Pending, without an artifact yet.
+	pending := uniq("cofpending")
+	b := cofferBackup(t, pending, jobDriverGroup, nil, backupsv1.BackupPending, nil)
+	run3 := cofferRun(t, pending, b.Name, string(b.UID))
+	h.step(run3)
+	require.True(t, run3.Status.Phase.IsTerminal())
+	assertVerifyFailed(t, run3)
+	assert.Equal(t, []string{securityv1.CodeBackupNotReady}, codes(result(t, run3).Spec.Findings))
+	got := getBackup(t, b)
+	assert.Nil(t, got.Status.Verification, "no verdict on a Backup that could not be verified")
+	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, backupsv1.ConditionVerified))
+}
+
+// TestCofferVeleroMadeBackup: a Backup of driver-velero is read through Velero (a DownloadRequest,
+// as the velero backend reads it), not the verifier's S3 endpoint, and compared with its
+// status.artifact: the tarball's own size and SHA-256 pass; a Backup recording another checksum
+// is a mismatch on that Backup.
+func TestCofferVeleroMadeBackup(t *testing.T) {
+	ns := uniq("cofv")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	tarball := bucketObject(t, velerostack.ObjectKey(vb.Name))
+	sum := sha256.Sum256(tarball)
+	dm := map[string]string{velerodriverv1.MetaBackupName: vb.Name, velerodriverv1.MetaNamespace: velerostack.Namespace}
+	art := &backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + velerostack.ObjectKey(vb.Name), SizeBytes: int64(len(tarball)),
+		Checksum: "sha256:" + hex.EncodeToString(sum[:])}
+
+	t.Run("the tarball matches", func(t *testing.T) {
+		b := cofferBackup(t, ns, velerodriverv1.Group, dm, backupsv1.BackupReady, art)
+		h := cofferHarness(t)
+		h.r.Coffer.Store = nil // not needed: Velero serves the tarball
+		run := cofferRun(t, ns, b.Name, string(b.UID))
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		res := result(t, run)
+		assert.Equal(t, []string{securityv1.CodeChecksumMatch}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+		assert.Equal(t, art.Checksum, res.Spec.ComputedChecksum)
+		assert.Equal(t, int64(len(tarball)), res.Spec.SizeBytes)
+		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonChecksumVerified)
+	})
+
+	t.Run("another recorded checksum is a mismatch", func(t *testing.T) {
+		other := *art
+		other.Checksum = "sha256:" + hex.EncodeToString(bytes.Repeat([]byte{0xab}, sha256.Size))
+		b := cofferBackup(t, ns+"-bad", velerodriverv1.Group, dm, backupsv1.BackupReady, &other)
+		h := cofferHarness(t)
+		run := cofferRun(t, ns+"-bad", b.Name, string(b.UID))
+		h.finish(run)
+		assertMismatch(t, run)
+		res := result(t, run)
+		assert.Equal(t, []string{securityv1.CodeChecksumMismatch}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+		assert.Equal(t, art.Checksum, res.Spec.ComputedChecksum)
+		assert.Equal(t, other.Checksum, res.Spec.RecordedChecksum)
+		assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch)
+	})
+
+	t.Run("the tarball gone from the store is artifact-missing", func(t *testing.T) {
+		key := velerostack.ObjectKey(vb.Name)
+		require.NoError(t, stack.S3.RemoveObject(context.Background(), velerostack.Bucket, key, minio.RemoveObjectOptions{}))
+		t.Cleanup(func() { putBucketObject(t, key, tarball) })
+		b := cofferBackup(t, ns+"-gone", velerodriverv1.Group, dm, backupsv1.BackupReady, art)
+		h := cofferHarness(t)
+		run := cofferRun(t, ns+"-gone", b.Name, string(b.UID))
+		h.finish(run)
+		assertMismatch(t, run)
+		res := result(t, run)
+		require.Equal(t, []string{securityv1.CodeArtifactMissing}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+		assert.Equal(t, "backups.cozystack.io/Backup default/"+b.Name, res.Spec.Findings[0].Object)
+		assert.Empty(t, res.Spec.ComputedChecksum)
+		assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch)
+	})
+
+	// Before, Velero's CRDs missing where the verifier runs became an artifact-missing finding
+	// (high) and a failed verdict on a Backup nothing was known about; now the run could not be
+	// carried out, and the Backup is left as it was.
+	t.Run("without Velero's CRDs the run fails and records no verdict", func(t *testing.T) {
+		noVelero := interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*velerov1.Backup); ok {
+				return &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "velero.io", Kind: "Backup"}, SearchedVersions: []string{"v1"}}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}})
+		b := cofferBackup(t, ns+"-nocrd", velerodriverv1.Group, dm, backupsv1.BackupReady, art)
+		h := cofferHarness(t)
+		h.r.Velero.Reader = noVelero
+		run := cofferRun(t, ns+"-nocrd", b.Name, string(b.UID))
+		h.finish(run)
+		assertVerifyFailed(t, run)
+		assert.Empty(t, result(t, run).Spec.Findings)
+		assert.Contains(t, run.Status.Message, "velero.io/v1 Backup kind is not served")
+		got := getBackup(t, b)
+		assert.Nil(t, got.Status.Verification)
+		assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, backupsv1.ConditionVerified))
+	})
+}
