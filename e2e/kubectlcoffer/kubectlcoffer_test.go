@@ -124,8 +124,8 @@ func TestKubectlCoffer(t *testing.T) {
 		status, _, err = p.run(ctx, "status", "-n", ns, "--as="+tenant)
 		return err == nil && regexp.MustCompile(plan+` .* ago .*`+backup.Name+` +Ready`).MatchString(status), nil
 	}), "status shows the Plan's last success and Backup: %s", status)
-	assert.Regexp(t, `(?m)^PLAN +SCHEDULE +LAST SUCCESS +NEXT +ACTIVE +LAST BACKUP +PHASE$`, status)
-	assert.Regexp(t, `(?m)^`+plan+` +0 0 1 1 \* +\d+s ago +in \S+ +- +`+backup.Name+` +Ready$`, status)
+	assert.Regexp(t, `(?m)^PLAN +SCHEDULE +LAST SUCCESS +NEXT +ACTIVE +LAST BACKUP +PHASE +RESTORABLE$`, status)
+	assert.Regexp(t, `(?m)^`+plan+` +0 0 1 1 \* +\d+s ago +in \S+ +- +`+backup.Name+` +Ready +-$`, status, "no Backup proven restorable yet")
 	all, _, err := p.run(ctx, "status", "-A")
 	require.NoError(t, err)
 	assert.Regexp(t, `(?m)^`+ns+` +`+brokenPlan+` +0 0 1 1 \* +never `, all)

@@ -25,8 +25,12 @@ type PlanRow struct {
 	LastSuccess, Next string
 	// Active names the BackupJobs of the Plan that have not ended.
 	Active string
-	// LastBackup is the Plan's newest Backup and Phase its phase, qualified when it is not good.
+	// LastBackup is the Plan's newest Backup and Phase its phase, qualified when it is not good
+	// and by its verification.
 	LastBackup, Phase string
+	// Restorable is the age of the newest Backup a full-restore verification proved restorable
+	// (status.lastRestorableBackup): the Plan's restorable RPO; "-" when none was.
+	Restorable string
 	// Note says why the Plan is not Ready, if it is not.
 	Note string
 }
@@ -39,7 +43,10 @@ func StatusRows(plans []backupsv1.Plan, backups map[types.NamespacedName]*backup
 		p := &plans[i]
 		r := PlanRow{Namespace: p.Namespace, Name: p.Name, Schedule: schedule(p),
 			LastSuccess: Ago(now, p.Status.LastSuccessfulTime), Next: Until(now, p.Status.NextScheduleTime),
-			Active: active(p.Status.Active), LastBackup: "-", Phase: "-"}
+			Active: active(p.Status.Active), LastBackup: "-", Phase: "-", Restorable: "-"}
+		if rp := p.Status.LastRestorableBackup; rp != nil {
+			r.Restorable = Ago(now, &rp.TakenAt)
+		}
 		if p.Spec.Suspend != nil && *p.Spec.Suspend {
 			r.Next = "-"
 		}
@@ -99,6 +106,12 @@ func backupPhase(b *backupsv1.Backup) string {
 		return string(b.Status.Phase) + " (artifact missing)"
 	case meta.IsStatusConditionTrue(b.Status.Conditions, backupsv1.ConditionPartiallyFailed):
 		return string(b.Status.Phase) + " (partially failed)"
+	case meta.IsStatusConditionFalse(b.Status.Conditions, backupsv1.ConditionVerified):
+		return string(b.Status.Phase) + " (verification failed)"
+	case b.RestoreVerified():
+		return string(b.Status.Phase) + " (restore verified)"
+	case meta.IsStatusConditionTrue(b.Status.Conditions, backupsv1.ConditionVerified):
+		return string(b.Status.Phase) + " (checksum verified)"
 	case b.Status.Phase == "":
 		return string(backupsv1.BackupPending)
 	}
@@ -109,13 +122,13 @@ func backupPhase(b *backupsv1.Backup) string {
 // for each Plan that is not Ready.
 func WriteStatus(w io.Writer, rows []PlanRow, allNamespaces bool) error {
 	tw := tabwriter.NewWriter(w, 6, 4, 3, ' ', 0)
-	header := []string{"PLAN", "SCHEDULE", "LAST SUCCESS", "NEXT", "ACTIVE", "LAST BACKUP", "PHASE"}
+	header := []string{"PLAN", "SCHEDULE", "LAST SUCCESS", "NEXT", "ACTIVE", "LAST BACKUP", "PHASE", "RESTORABLE"}
 	if allNamespaces {
 		header = append([]string{"NAMESPACE"}, header...)
 	}
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		cols := []string{r.Name, r.Schedule, r.LastSuccess, r.Next, r.Active, r.LastBackup, r.Phase}
+		cols := []string{r.Name, r.Schedule, r.LastSuccess, r.Next, r.Active, r.LastBackup, r.Phase, r.Restorable}
 		if allNamespaces {
 			cols = append([]string{r.Namespace}, cols...)
 		}

@@ -80,14 +80,27 @@ func TestStates(t *testing.T) {
 		ProgressLine("backupjob.backups.cozystack.io/b1", State{Phase: "Running"}, 3*time.Second))
 }
 
+// TestBackupPhaseShowsVerification: the newest Backup's phase says what verification found.
+func TestBackupPhaseShowsVerification(t *testing.T) {
+	ready := func(conds ...metav1.Condition) *backupsv1.Backup {
+		return &backupsv1.Backup{Status: backupsv1.BackupStatus{Phase: backupsv1.BackupReady, Conditions: conds}}
+	}
+	assert.Equal(t, "Ready", backupPhase(ready()))
+	assert.Equal(t, "Ready (checksum verified)", backupPhase(ready(cond("Verified", "True", "ChecksumVerified", ""))))
+	assert.Equal(t, "Ready (restore verified)", backupPhase(ready(cond("Verified", "True", "RestoreVerified", ""))))
+	assert.Equal(t, "Ready (verification failed)", backupPhase(ready(cond("Verified", "False", "ChecksumMismatch", ""))))
+	assert.Equal(t, "Ready (artifact missing)", backupPhase(ready(cond("Verified", "True", "RestoreVerified", ""), cond("ArtifactAvailable", "False", "ArtifactMissing", ""))))
+}
+
 func TestStatus(t *testing.T) {
 	plans := []backupsv1.Plan{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "shop-nightly"},
 			Spec: backupsv1.PlanSpec{Schedule: backupsv1.PlanSchedule{Cron: "0 2 * * *", TimeZone: ptr.To("Europe/Berlin")}},
 			Status: backupsv1.PlanStatus{LastSuccessfulTime: at(-10 * time.Hour), NextScheduleTime: at(14 * time.Hour),
-				LastBackupRef: &corev1.LocalObjectReference{Name: "shop-nightly-29623800"},
-				Active:        []corev1.LocalObjectReference{{Name: "shop-nightly-manual-x7k2p"}},
-				Conditions:    []metav1.Condition{cond("Ready", "True", "Scheduling", "")}}},
+				LastBackupRef:        &corev1.LocalObjectReference{Name: "shop-nightly-29623800"},
+				LastRestorableBackup: &backupsv1.RestorablePoint{Name: "shop-nightly-29622360", TakenAt: *at(-34 * time.Hour)},
+				Active:               []corev1.LocalObjectReference{{Name: "shop-nightly-manual-x7k2p"}},
+				Conditions:           []metav1.Condition{cond("Ready", "True", "Scheduling", "")}}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "crm", Name: "db"},
 			Spec: backupsv1.PlanSpec{Schedule: backupsv1.PlanSchedule{Cron: "*/5 * * * *"}, Suspend: ptr.To(true)},
 			Status: backupsv1.PlanStatus{NextScheduleTime: at(time.Minute), LastBackupRef: &corev1.LocalObjectReference{Name: "db-gone"},
@@ -102,17 +115,17 @@ func TestStatus(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	require.NoError(t, WriteStatus(&buf, StatusRows(plans, backups, now), true))
-	want := `NAMESPACE   PLAN           SCHEDULE                  LAST SUCCESS   NEXT     ACTIVE                      LAST BACKUP             PHASE
-crm         db             */5 * * * * (suspended)   never          -        a,b +1                      db-gone                 (deleted)
-shop        fresh          @hourly                   never          -        -                           -                       -
-shop        shop-nightly   0 2 * * * Europe/Berlin   10h ago        in 14h   shop-nightly-manual-x7k2p   shop-nightly-29623800   Ready (partially failed)
+	want := `NAMESPACE   PLAN           SCHEDULE                  LAST SUCCESS   NEXT     ACTIVE                      LAST BACKUP             PHASE                      RESTORABLE
+crm         db             */5 * * * * (suspended)   never          -        a,b +1                      db-gone                 (deleted)                  -
+shop        fresh          @hourly                   never          -        -                           -                       -                          -
+shop        shop-nightly   0 2 * * * Europe/Berlin   10h ago        in 14h   shop-nightly-manual-x7k2p   shop-nightly-29623800   Ready (partially failed)   34h ago
 crm/db: Ready=False Suspended: spec.suspend is true
 `
 	assert.Equal(t, want, buf.String())
 
 	buf.Reset()
 	require.NoError(t, WriteStatus(&buf, StatusRows(plans[2:], nil, now), false))
-	assert.Equal(t, "PLAN    SCHEDULE   LAST SUCCESS   NEXT   ACTIVE   LAST BACKUP   PHASE\nfresh   @hourly    never          -      -        -             -\n", buf.String())
+	assert.Equal(t, "PLAN    SCHEDULE   LAST SUCCESS   NEXT   ACTIVE   LAST BACKUP   PHASE   RESTORABLE\nfresh   @hourly    never          -      -        -             -       -\n", buf.String())
 }
 
 func TestDescribe(t *testing.T) {
