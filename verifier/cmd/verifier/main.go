@@ -12,6 +12,7 @@ import (
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -108,9 +109,18 @@ func run(ctx context.Context, o options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify")}
-	if err := pr.SetupWithManager(ctx, mgr); err != nil {
-		return err
+	// The verifier also runs without Coffer (Velero backups and etcd snapshots only): policies,
+	// which watch Coffer's Backups and Plans, run only where Coffer's CRDs are served.
+	if _, err := mgr.GetRESTMapper().RESTMapping(backupsv1.GroupVersion.WithKind("Plan").GroupKind(), backupsv1.GroupVersion.Version); err != nil {
+		if !meta.IsNoMatchError(err) {
+			return fmt.Errorf("looking for Coffer's CRDs: %w", err)
+		}
+		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: BackupVerifyPolicies are not acted on; restart the verifier once they are")
+	} else {
+		pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify")}
+		if err := pr.SetupWithManager(ctx, mgr); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
