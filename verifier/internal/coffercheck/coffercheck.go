@@ -218,16 +218,8 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		if err != nil {
 			return out, err
 		}
-		wait, f, err := c.Velero.EnsureSandbox(ctx, run, run.Spec.SandboxNamespace)
-		switch {
-		case err != nil:
+		if ready, err := c.Velero.EnsureSandboxes(ctx, run, []string{run.Spec.SandboxNamespace}, &out); !ready {
 			return out, err
-		case f != nil:
-			out.Findings = append(out.Findings, *f)
-			return out, nil
-		case wait:
-			out.Done = false
-			return out, nil
 		}
 		if err := c.noPods(ctx, run); err != nil {
 			return out, err

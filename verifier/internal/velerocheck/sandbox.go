@@ -200,8 +200,23 @@ func (c *Checker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, 
 // bindingDelay bounds how long a new RoleBinding may take to be enforced.
 const bindingDelay = 10 * time.Second
 
-// EnsureSandbox creates (or accepts, when it carries the run's UID) the named sandbox, confined
-// as every sandbox is; see ensureSandbox. Other backends restore into it their own way.
-func (c *Checker) EnsureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding, _ error) {
-	return c.ensureSandbox(ctx, run, name)
+// EnsureSandboxes makes the named sandboxes (ensureSandbox: created, or accepted when they carry
+// the run's UID, and confined). It reports whether they are all ready; when one is not, out says
+// why: a finding (a namespace the run does not own), or Done false while an earlier pass's sandbox
+// is still being deleted. Other backends restore into them their own way.
+func (c *Checker) EnsureSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, names []string, out *Outcome) (bool, error) {
+	for _, name := range names {
+		wait, f, err := c.ensureSandbox(ctx, run, name)
+		switch {
+		case err != nil:
+			return false, err
+		case f != nil:
+			out.Findings = append(out.Findings, *f)
+			return false, nil
+		case wait:
+			out.Done = false
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -447,18 +447,12 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		return out, nil
 	}
 	mapping := Sandboxes(run, sources)
+	names := make([]string, 0, len(sources))
 	for _, src := range sources {
-		wait, f, err := c.ensureSandbox(ctx, run, mapping[src])
-		switch {
-		case err != nil:
-			return out, err
-		case f != nil:
-			out.Findings = append(out.Findings, *f)
-			return out, nil
-		case wait:
-			out.Done = false
-			return out, nil
-		}
+		names = append(names, mapping[src])
+	}
+	if ready, err := c.EnsureSandboxes(ctx, run, names, &out); !ready {
+		return out, err
 	}
 	vr, err := c.ensureRestore(ctx, run, vb, sources, mapping)
 	if err != nil {
