@@ -2,7 +2,11 @@ package realstack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
@@ -18,9 +24,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
 )
 
@@ -137,5 +145,69 @@ func BenchmarkEtcdSnapshotCheck(b *testing.B) {
 		b.ReportMetric(peer.Seconds(), "etcdutl+openssl-s")
 		fmt.Fprintf(os.Stdout, "| %.0f MiB snapshot | verifier %.2f s | etcdutl snapshot status + openssl dgst %.2f s | ratio %.2f |\n",
 			float64(st.Size())/(1<<20), ours.Seconds(), peer.Seconds(), ours.Seconds()/peer.Seconds())
+	}
+}
+
+// BenchmarkCofferChecksum compares checksum-only of a 1 GiB artifact of a Coffer Backup (the
+// coffer backend: read the Backup, stream the object from the S3 endpoint, hash it, compare) with
+// its peer, `curl <presigned URL> | openssl dgst -sha256`, on the same MinIO in the same run.
+func BenchmarkCofferChecksum(b *testing.B) {
+	const size = 1 << 30
+	ctx := context.Background()
+	mc, err := minio.New(strings.TrimPrefix(strings.TrimPrefix(stack.S3URL(), "http://"), "https://"), &minio.Options{
+		Creds: credentials.NewStaticV4(velerostack.AccessKey, velerostack.SecretKey, ""), Secure: strings.HasPrefix(stack.S3URL(), "https://")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := uniq("bench-artifact")
+	h := sha256.New()
+	body := io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{1}), size), h)
+	if _, err := mc.PutObject(ctx, velerostack.Bucket, key, body, size, minio.PutObjectOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	sum := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if err := cl.Create(ctx, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: key, Namespace: "default"},
+		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{APIGroup: ptr("apps.cozystack.io"), Kind: "Postgres", Name: "db"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("jobdriver.backups.cozystack.io"), Kind: "JobBackupStrategy", Name: "s"},
+			TakenAt:     metav1.Now()}}); err != nil {
+		b.Fatal(err)
+	}
+	bk := &backupsv1.Backup{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: "default", Name: key}, bk); err != nil {
+		b.Fatal(err)
+	}
+	bk.Status.Phase = backupsv1.BackupReady
+	bk.Status.Artifact = &backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + key, SizeBytes: size, Checksum: sum}
+	if err := cl.Status().Update(ctx, bk); err != nil {
+		b.Fatal(err)
+	}
+	store, err := coffercheck.NewStore(stack.S3URL(), "us-east-1", velerostack.AccessKey, velerostack.SecretKey, stack.CACert)
+	if err != nil {
+		b.Fatal(err)
+	}
+	checker := &coffercheck.Checker{Reader: cl, Client: cl, Store: store}
+	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: key, Namespace: "default"},
+		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: key}, Mode: securityv1.ModeChecksumOnly}}
+	for range b.N {
+		t0 := time.Now()
+		out, err := checker.Checksum(ctx, run)
+		coffer := time.Since(t0)
+		if err != nil || out.ComputedChecksum != sum {
+			b.Fatalf("checksum-only: %v, computed %s, want %s", err, out.ComputedChecksum, sum)
+		}
+		u, err := mc.PresignedGetObject(ctx, velerostack.Bucket, key, time.Hour, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		peerOut, err := exec.CommandContext(ctx, "sh", "-c", `curl -sf "$0" | openssl dgst -sha256`, u.String()).Output()
+		peer := time.Since(t1)
+		if err != nil || !strings.Contains(string(peerOut), strings.TrimPrefix(sum, "sha256:")) {
+			b.Fatalf("curl | openssl: %v: %s", err, peerOut)
+		}
+		b.ReportMetric(coffer.Seconds(), "coffer-checksum-s")
+		b.ReportMetric(peer.Seconds(), "curl+openssl-s")
+		fmt.Fprintf(os.Stdout, "| 1 GiB artifact | coffer checksum-only %.2f s | curl <presigned> | openssl dgst -sha256 %.2f s | ratio %.2f |\n",
+			coffer.Seconds(), peer.Seconds(), coffer.Seconds()/peer.Seconds())
 	}
 }
