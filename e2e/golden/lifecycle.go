@@ -162,32 +162,9 @@ func (s *Stack) Lifecycle(ctx context.Context) (*Summary, error) {
 		} else {
 			s.say("Verifying the artifact's checksum (BackupVerifyRun %s)", run.Name)
 		}
-		if err := c.Create(ctx, run); err != nil {
-			return nil, err
+		if err := s.verify(ctx, sum0, run); err != nil {
+			return sum0, err
 		}
-		if err := poll(ctx, 3*time.Minute, func() (bool, error) {
-			err := c.Get(ctx, client.ObjectKeyFromObject(run), run)
-			return run.Status.Phase.IsTerminal(), err
-		}); err != nil {
-			return nil, fmt.Errorf("waiting for verification %s: %w", m, err)
-		}
-		sum0.Runs = append(sum0.Runs, run)
-		if run.Status.Phase != securityv1.RunSucceeded {
-			return sum0, fmt.Errorf("verification %s ended %s: %s", m, run.Status.Phase, run.Status.Message)
-		}
-		res := &securityv1.BackupVerifyResult{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res); err != nil {
-			return nil, err
-		}
-		sum0.Results = append(sum0.Results, res)
-		s.say("  %s: worst severity %q, %s", m, res.Status.WorstSeverity, resultLine(res))
-	}
-	for _, run := range sum0.Runs {
-		events := &securityv1.SecurityEventList{}
-		if err := c.List(ctx, events, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
-			return nil, err
-		}
-		sum0.Events = append(sum0.Events, events.Items...)
 	}
 	s.say("Waiting for the verifier to delete its sandbox")
 	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
@@ -255,6 +232,37 @@ func (s *Stack) Lifecycle(ctx context.Context) (*Summary, error) {
 	return sum0, nil
 }
 
+// verify creates the run, waits for its end and records it in the summary with its Result and
+// SecurityEvents; a run that did not succeed is an error.
+func (s *Stack) verify(ctx context.Context, sum0 *Summary, run *securityv1.BackupVerifyRun) error {
+	c, m := s.Client, run.Spec.Mode
+	if err := c.Create(ctx, run); err != nil {
+		return err
+	}
+	if err := poll(ctx, 4*time.Minute, func() (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(run), run)
+		return run.Status.Phase.IsTerminal(), err
+	}); err != nil {
+		return fmt.Errorf("waiting for verification %s/%s (%s): %w", run.Namespace, run.Name, m, err)
+	}
+	sum0.Runs = append(sum0.Runs, run)
+	if run.Status.Phase != securityv1.RunSucceeded {
+		return fmt.Errorf("verification %s/%s (%s) ended %s: %s", run.Namespace, run.Name, m, run.Status.Phase, run.Status.Message)
+	}
+	res := &securityv1.BackupVerifyResult{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res); err != nil {
+		return err
+	}
+	sum0.Results = append(sum0.Results, res)
+	events := &securityv1.SecurityEventList{}
+	if err := c.List(ctx, events, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
+		return err
+	}
+	sum0.Events = append(sum0.Events, events.Items...)
+	s.say("  %s: worst severity %q, %s", m, res.Status.WorstSeverity, resultLine(res))
+	return nil
+}
+
 // CofferSandbox is the sandbox of the golden Backup's full-restore through the driver contract.
 const CofferSandbox = "shop-coffer-bvsandbox"
 
@@ -273,30 +281,9 @@ func (s *Stack) verifyCofferBackup(ctx context.Context, sum0 *Summary, backup *b
 		} else {
 			s.say("Verifying Backup %s checksum-only (BackupVerifyRun %s/%s, backend coffer)", backup.Name, run.Namespace, run.Name)
 		}
-		if err := c.Create(ctx, run); err != nil {
+		if err := s.verify(ctx, sum0, run); err != nil {
 			return err
 		}
-		if err := poll(ctx, 4*time.Minute, func() (bool, error) {
-			err := c.Get(ctx, client.ObjectKeyFromObject(run), run)
-			return run.Status.Phase.IsTerminal(), err
-		}); err != nil {
-			return fmt.Errorf("waiting for verification %s of Backup %s: %w", m, backup.Name, err)
-		}
-		sum0.Runs = append(sum0.Runs, run)
-		if run.Status.Phase != securityv1.RunSucceeded {
-			return fmt.Errorf("verification %s of Backup %s ended %s: %s", m, backup.Name, run.Status.Phase, run.Status.Message)
-		}
-		res := &securityv1.BackupVerifyResult{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res); err != nil {
-			return err
-		}
-		sum0.Results = append(sum0.Results, res)
-		events := &securityv1.SecurityEventList{}
-		if err := c.List(ctx, events, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
-			return err
-		}
-		sum0.Events = append(sum0.Events, events.Items...)
-		s.say("  %s: worst severity %q, %s", m, res.Status.WorstSeverity, resultLine(res))
 	}
 	if err := poll(ctx, time.Minute, func() (bool, error) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(backup), backup)

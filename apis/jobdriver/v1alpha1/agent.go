@@ -124,23 +124,33 @@ const MaxReportBytes = 4096
 // a URI without scheme and host, a negative size or a malformed checksum are errors that say what
 // is wrong.
 func ParseArtifactReport(msg string) (*ArtifactReport, error) {
+	r := &ArtifactReport{}
+	if err := decodeReport(msg, "an artifact report", `{"uri":...,"sizeBytes":...,"checksum":"sha256:..."}`, r); err != nil {
+		return nil, err
+	}
+	return r, r.Validate()
+}
+
+// decodeReport decodes a termination message into v (what, e.g. "a check report"): one JSON
+// object of at most MaxReportBytes, without unknown fields or trailing data. shape is what the
+// agent must write, for the message about an empty one.
+func decodeReport(msg, what, shape string, v any) error {
 	msg = strings.TrimSpace(msg)
 	if msg == "" {
-		return nil, fmt.Errorf("the termination message is empty; the agent must write {\"uri\":...,\"sizeBytes\":...,\"checksum\":\"sha256:...\"} to /dev/termination-log")
+		return fmt.Errorf("the termination message is empty; the agent must write %s to /dev/termination-log", shape)
 	}
 	if len(msg) > MaxReportBytes {
-		return nil, fmt.Errorf("the report is %d bytes, more than %d", len(msg), MaxReportBytes)
+		return fmt.Errorf("the report is %d bytes, more than %d", len(msg), MaxReportBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader([]byte(msg)))
 	dec.DisallowUnknownFields()
-	r := &ArtifactReport{}
-	if err := dec.Decode(r); err != nil {
-		return nil, fmt.Errorf("the termination message is not an artifact report: %w", err)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("the termination message is not %s: %w", what, err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("the termination message holds more than one JSON value")
+		return fmt.Errorf("the termination message holds more than one JSON value")
 	}
-	return r, r.Validate()
+	return nil
 }
 
 // Validate checks a report's fields.
@@ -186,25 +196,14 @@ type CheckReport struct {
 // missing fields, trailing data and a negative size are errors that say what is wrong; the driver
 // then takes the check as inconclusive.
 func ParseCheckReport(msg string) (*CheckReport, error) {
-	msg = strings.TrimSpace(msg)
-	if msg == "" {
-		return nil, fmt.Errorf("the termination message is empty; the agent must write {\"exists\":true|false,\"sizeBytes\":...} to /dev/termination-log")
-	}
-	if len(msg) > MaxReportBytes {
-		return nil, fmt.Errorf("the report is %d bytes, more than %d", len(msg), MaxReportBytes)
-	}
 	var raw struct {
 		Exists    *bool  `json:"exists"`
 		SizeBytes *int64 `json:"sizeBytes"`
 	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(msg)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("the termination message is not a check report: %w", err)
+	if err := decodeReport(msg, "a check report", `{"exists":true|false,"sizeBytes":...}`, &raw); err != nil {
+		return nil, err
 	}
 	switch {
-	case dec.More():
-		return nil, fmt.Errorf("the termination message holds more than one JSON value")
 	case raw.Exists == nil:
 		return nil, fmt.Errorf("check report field exists is missing")
 	case raw.SizeBytes == nil:

@@ -182,10 +182,8 @@ func finishedAt(j *batchv1.Job, now time.Time) time.Time {
 	if j.Status.CompletionTime != nil {
 		return j.Status.CompletionTime.Time
 	}
-	for _, c := range j.Status.Conditions {
-		if (c.Type == batchv1.JobFailed || c.Type == batchv1.JobComplete) && c.Status == corev1.ConditionTrue {
-			return c.LastTransitionTime.Time
-		}
+	if c := jobs.Terminal(j); c != nil {
+		return c.LastTransitionTime.Time
 	}
 	return now
 }
@@ -249,7 +247,7 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 		j := &list.Items[i]
 		ns, name, _ := strings.Cut(j.Annotations[jobs.AnnotationRun], "/")
 		busy[types.NamespacedName{Namespace: ns, Name: name}] = true
-		if !j.DeletionTimestamp.IsZero() || finished(j) {
+		if !j.DeletionTimestamp.IsZero() || jobs.Terminal(j) != nil {
 			continue
 		}
 		deadline := time.Duration(ptr.Deref(j.Spec.ActiveDeadlineSeconds, CheckActiveDeadlineSeconds))*time.Second + jobs.DeadlineGrace
@@ -322,15 +320,6 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 		log.Info("Started an artifact check", "backup", klog.KObj(b), "job", klog.KObj(j))
 	}
 	return nil
-}
-
-func finished(j *batchv1.Job) bool {
-	for _, c := range j.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 // uncheckable says once per strategy generation (and process) that a strategy's Backups cannot be

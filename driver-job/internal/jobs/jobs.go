@@ -241,22 +241,29 @@ type Outcome struct {
 	Report, Pod string
 }
 
-// Observe reads a Job's outcome; for a finished Job it lists the Job's pods (uncached: the driver
-// does not watch pods) to read termination messages.
-func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome, error) {
-	var complete, failed *batchv1.JobCondition
+// Terminal is the condition that ended a Job: Complete (preferred) or Failed, with status True;
+// nil while it runs.
+func Terminal(job *batchv1.Job) *batchv1.JobCondition {
+	var failed *batchv1.JobCondition
 	for i, c := range job.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
 		}
 		switch c.Type {
 		case batchv1.JobComplete:
-			complete = &job.Status.Conditions[i]
+			return &job.Status.Conditions[i]
 		case batchv1.JobFailed:
 			failed = &job.Status.Conditions[i]
 		}
 	}
-	if complete == nil && failed == nil {
+	return failed
+}
+
+// Observe reads a Job's outcome; for a finished Job it lists the Job's pods (uncached: the driver
+// does not watch pods) to read termination messages.
+func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome, error) {
+	end := Terminal(job)
+	if end == nil {
 		return Outcome{}, nil
 	}
 	list := &corev1.PodList{}
@@ -268,7 +275,7 @@ func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome
 		return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp) ||
 			list.Items[i].CreationTimestamp.Equal(&list.Items[j].CreationTimestamp) && list.Items[i].Name < list.Items[j].Name
 	})
-	if complete != nil {
+	if end.Type == batchv1.JobComplete {
 		out := Outcome{Finished: true, Succeeded: true}
 		for i := range list.Items {
 			p := &list.Items[i]
@@ -279,10 +286,10 @@ func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome
 		return out, nil
 	}
 	out := Outcome{Finished: true, Reason: backupsv1.ReasonFailed}
-	if failed.Reason == batchv1.JobReasonDeadlineExceeded {
+	if end.Reason == batchv1.JobReasonDeadlineExceeded {
 		out.Reason = backupsv1.ReasonDeadlineExceeded
 	}
-	out.Message = fmt.Sprintf("Job %s failed (%s): %s", job.Name, failed.Reason, failed.Message)
+	out.Message = fmt.Sprintf("Job %s failed (%s): %s", job.Name, end.Reason, end.Message)
 	for i := len(list.Items) - 1; i >= 0; i-- {
 		if d := podFailure(&list.Items[i]); d != "" {
 			out.Message += "; " + d

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -83,7 +84,7 @@ func (c *Checker) backup(ctx context.Context, run *securityv1.BackupVerifyRun, o
 	case b.Status.Phase != backupsv1.BackupReady || b.Status.Artifact == nil:
 		msg := fmt.Sprintf("Backup %s is %q without a recorded artifact: only a Ready Backup can be verified", key, b.Status.Phase)
 		if b.Status.Phase == backupsv1.BackupReady {
-			msg = fmt.Sprintf("Backup %s records no artifact in status.artifact: its driver (%s) does not say where it is", key, ptrString(b.Spec.StrategyRef.APIGroup))
+			msg = fmt.Sprintf("Backup %s records no artifact in status.artifact: its driver (%s) does not say where it is", key, ptr.Deref(b.Spec.StrategyRef.APIGroup, ""))
 		}
 		out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeBackupNotReady, Severity: securityv1.SeverityMedium, Object: object(key), Message: msg})
 		return nil, reconcile.TerminalError(errors.New(msg))
@@ -315,11 +316,4 @@ func restoreMessage(rj *backupsv1.RestoreJob) string {
 		return c.Message
 	}
 	return rj.Status.Message
-}
-
-func ptrString(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

@@ -102,6 +102,11 @@ func TestVerifiedCondition(t *testing.T) {
 		v:          backupsv1.BackupVerification{Checksum: &backupsv1.VerificationVerdict{Result: pass, Time: metav1.NewTime(v0.In(time.FixedZone("X", 3600)))}},
 		wantStatus: metav1.ConditionTrue, wantReason: backupsv1.ReasonChecksumVerified,
 		wantMsg: "checksum-only: Passed at 2031-03-04T05:06:07Z",
+	}, {
+		name:       "no verdict yet",
+		v:          backupsv1.BackupVerification{},
+		wantStatus: metav1.ConditionUnknown, wantReason: "NotVerified",
+		wantMsg: "no verification has ended",
 	}} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := VerifiedCondition(&tt.v)
