@@ -281,9 +281,7 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 			continue
 		}
 		byName[b.Name] = b
-		items = append(items, retention.Item{Name: b.Name, Application: applicationKey(b.Spec.ApplicationRef),
-			TakenAt: b.Spec.TakenAt.Time, Phase: b.Status.Phase, Good: b.IsGood(), ArtifactMissing: b.ArtifactMissing(),
-			VerifyFailed: meta.IsStatusConditionFalse(b.Status.Conditions, backupsv1.ConditionVerified), RestoreVerified: b.RestoreVerified()})
+		items = append(items, RetentionItem(b))
 		if newest == nil || b.Spec.TakenAt.After(newest.Spec.TakenAt.Time) {
 			newest = b
 		}
@@ -323,6 +321,13 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 		}
 	}
 	return nil
+}
+
+// RetentionItem is what retention decides a Backup by.
+func RetentionItem(b *backupsv1.Backup) retention.Item {
+	return retention.Item{Name: b.Name, Application: applicationKey(b.Spec.ApplicationRef),
+		TakenAt: b.Spec.TakenAt.Time, Phase: b.Status.Phase, Good: b.IsGood(), ArtifactMissing: b.ArtifactMissing(),
+		VerifyFailed: meta.IsStatusConditionFalse(b.Status.Conditions, backupsv1.ConditionVerified), RestoreVerified: b.RestoreVerified()}
 }
 
 // applicationKey identifies an application by its API group (defaulted), kind and name.
