@@ -1,11 +1,14 @@
 // Package thirdparty proves that a strategy driver can be written outside this repository with the
 // apis and driverkit modules alone: testdata/toydriver, a module of its own that requires nothing
 // else of Coffer, builds from the module cache and passes the conformance suite
-// (driverkit/conformance) against a real kube-apiserver and etcd.
+// (driverkit/conformance) against a real kube-apiserver and etcd; and that the backup verifier,
+// unchanged, verifies the toy's Backups by full restore through the driver contract
+// (verify_test.go).
 package thirdparty
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -51,12 +54,21 @@ func TestToyDriverConforms(t *testing.T) {
 // the module cache that building this repository filled.
 func goCmd(t *testing.T, args ...string) string {
 	t.Helper()
+	out, err := goRun(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// goRun is goCmd for any goroutine: it returns the failure instead of ending the test.
+func goRun(args ...string) (string, error) {
 	cmd := exec.Command("go", args...)
 	cmd.Dir = toy
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false", "GOPROXY=off")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
