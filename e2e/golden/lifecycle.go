@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -283,6 +285,15 @@ func (s *Stack) verifyCofferBackup(ctx context.Context, sum0 *Summary, backup *b
 		}
 		if err := s.verify(ctx, sum0, run); err != nil {
 			return err
+		}
+		if m == securityv1.ModeFullRestore {
+			// The verifier compared the sandbox with the Backup's Velero backup by content (the
+			// details of verifier/internal/coffercheck and velerocheck), not only the RestoreJob's end.
+			d := sum0.Results[len(sum0.Results)-1].Spec.Details
+			if n, _ := strconv.Atoi(d["objectsCompared"]); n <= 0 || !strings.HasPrefix(d["contentDiff"], "Velero backup ") {
+				return fmt.Errorf("the full-restore of Backup %s compared no restored object by content with its Velero backup: details %v", backup.Name, d)
+			}
+			s.say("  the sandbox was compared with %s by content: %s objects identical", d["contentDiff"], d["objectsCompared"])
 		}
 	}
 	if err := poll(ctx, time.Minute, func() (bool, error) {

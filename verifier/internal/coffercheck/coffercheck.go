@@ -12,7 +12,9 @@
 //     without the verifier knowing it. The admission policy coffer-restore-target admits that
 //     RestoreJob because the verifier may create RestoreJobs in its sandbox (ClusterRole
 //     coffer-verifier-sandbox) and nobody else may; coffer-verifier-confinement lets the
-//     verifier create no other RestoreJob.
+//     verifier create no other RestoreJob. Once the RestoreJob succeeded, the sandbox of a
+//     Velero-made Backup is compared with its Velero backup by content, by the velero backend's
+//     diff (velerocheck.CompareRestore); for other drivers the Result says no content diff was made.
 //
 // Findings are facts about the Backup; an error is trouble carrying the verification out, retried
 // by the caller within the run's timeout, and final when wrapped in reconcile.TerminalError.
@@ -29,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -109,10 +112,9 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	var missing string
 	if madeByVelero(b) {
 		// The Velero backup the driver recorded, read as the velero backend reads it.
-		vrun := run.DeepCopy()
-		vrun.Spec.BackupRef = securityv1.BackupRef{Name: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]}
-		if vrun.Spec.BackupRef.Name == "" {
-			return out, reconcile.TerminalError(fmt.Errorf("Backup %s of driver %s records no Velero backup (driverMetadata.%s)", client.ObjectKeyFromObject(b), velerodriverv1.Group, velerodriverv1.MetaBackupName))
+		vrun, err := veleroRun(run, b)
+		if err != nil {
+			return out, err
 		}
 		vout, err := c.Velero.Checksum(ctx, vrun)
 		if err != nil {
@@ -120,13 +122,10 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 		}
 		if vout.ComputedChecksum == "" {
 			// The Velero backup or its tarball is gone: keep what velerocheck found.
+			if err := veleroMissing(b, vout); err != nil {
+				return out, err
+			}
 			for _, f := range vout.Findings {
-				if f.Code == securityv1.CodeVeleroCRDMissing {
-					// Velero is not installed where the verifier runs: that says nothing about
-					// the artifact, so no verdict (above all no failed one) is recorded.
-					return out, reconcile.TerminalError(fmt.Errorf("Backup %s was made by %s, but %s: it cannot be read through Velero",
-						client.ObjectKeyFromObject(b), velerodriverv1.Group, f.Message))
-				}
 				if f.Severity.AtLeast(securityv1.SeverityHigh) {
 					missing = f.Message
 				}
@@ -154,6 +153,33 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 		}
 	}
 	return compare(out, b, d, missing), nil
+}
+
+// veleroRun is run with its backupRef turned to the Velero backup that driver-velero recorded for
+// Backup b, for the velero backend's reading of it.
+func veleroRun(run *securityv1.BackupVerifyRun, b *backupsv1.Backup) (*securityv1.BackupVerifyRun, error) {
+	vrun := run.DeepCopy()
+	vrun.Spec.BackupRef = securityv1.BackupRef{Name: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]}
+	if vrun.Spec.BackupRef.Namespace == "" {
+		vrun.Spec.BackupRef.Namespace = velerodriverv1.DefaultVeleroNamespace
+	}
+	if vrun.Spec.BackupRef.Name == "" {
+		return nil, reconcile.TerminalError(fmt.Errorf("Backup %s of driver %s records no Velero backup (driverMetadata.%s)", client.ObjectKeyFromObject(b), velerodriverv1.Group, velerodriverv1.MetaBackupName))
+	}
+	return vrun, nil
+}
+
+// veleroMissing is the error of a reading of Velero-made Backup b that found Velero not installed
+// where the verifier runs: that says nothing about the Backup, so no verdict (above all no failed
+// one) is recorded.
+func veleroMissing(b *backupsv1.Backup, vout velerocheck.Outcome) error {
+	for _, f := range vout.Findings {
+		if f.Code == securityv1.CodeVeleroCRDMissing {
+			return reconcile.TerminalError(fmt.Errorf("Backup %s was made by %s, but %s: it cannot be read through Velero",
+				client.ObjectKeyFromObject(b), velerodriverv1.Group, f.Message))
+		}
+	}
+	return nil
 }
 
 // compare judges a read artifact against status.artifact.
@@ -249,8 +275,9 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		return out, nil
 	}
 	msg := "the Backup's driver restored it into sandbox " + run.Spec.SandboxNamespace
+	out.Details = map[string]string{}
 	if it := rj.Status.Items; it != nil {
-		out.Details = map[string]string{"itemsRestored": fmt.Sprint(it.Restored), "itemsSkipped": fmt.Sprint(it.Skipped), "itemsFailed": fmt.Sprint(it.Failed)}
+		out.Details["itemsRestored"], out.Details["itemsSkipped"], out.Details["itemsFailed"] = fmt.Sprint(it.Restored), fmt.Sprint(it.Skipped), fmt.Sprint(it.Failed)
 		msg += fmt.Sprintf(" (%d item(s) restored, %d skipped, %d failed)", it.Restored, it.Skipped, it.Failed)
 		if it.Failed > 0 {
 			out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeRestorePartiallyFailed, Severity: securityv1.SeverityHigh, Object: obj,
@@ -258,8 +285,69 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			return out, nil
 		}
 	}
-	out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeRestoreSucceeded, Severity: securityv1.SeverityInfo, Object: obj, Message: msg})
+	// The restored state, compared with the Backup before the cleanup deletes the sandbox.
+	b, err := c.backup(ctx, run, &out)
+	if err != nil {
+		return out, err
+	}
+	diff, err := c.compareContent(ctx, run, b, &out)
+	if err != nil {
+		return out, err
+	}
+	succeeded := securityv1.Finding{Code: securityv1.CodeRestoreSucceeded, Severity: securityv1.SeverityInfo, Object: obj, Message: msg + "; " + diff}
+	out.Findings = append([]securityv1.Finding{succeeded}, out.Findings...)
 	return out, nil
+}
+
+// DetailContentDiff, in a full-restore's Result, says what the restored state was compared with
+// by content, or why it was not.
+const DetailContentDiff = "contentDiff"
+
+// veleroInertExcluded are the kinds driver-velero leaves out of an inert restore
+// (spec.options.inert, contract RJ-12; driver-velero/internal/driver/restore.go), with their
+// Velero resource names: bare Pods. It changes nothing else on purpose: the workloads it restores
+// keep their replicas and suspend (the sandbox's quota of zero pods keeps them from starting any),
+// and the content diff compares neither (content.go).
+var veleroInertExcluded = map[schema.GroupKind]string{{Kind: "Pod"}: "pods"}
+
+// compareContent compares what the driver restored into the sandbox with the Backup, by content,
+// where the verifier can read the Backup's content: a Velero-made Backup's Velero backup, diffed
+// with the sandbox as the velero backend diffs its own restores (velerocheck.CompareRestore: the
+// Backup's namespace, restored into the sandbox through Velero's namespaceMapping). Its findings,
+// counts and details go to out; it returns what the restore-succeeded finding says of it.
+func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, out *velerocheck.Outcome) (string, error) {
+	if !madeByVelero(b) {
+		driver := ptr.Deref(b.Spec.StrategyRef.APIGroup, "(core)")
+		out.Details[DetailContentDiff] = "not available for driver " + driver
+		return "its content was not compared with the Backup: no content diff is available for driver " + driver, nil
+	}
+	vrun, err := veleroRun(run, b)
+	if err != nil {
+		return "", err
+	}
+	vout, err := c.Velero.CompareRestore(ctx, vrun, b.Namespace, run.Spec.SandboxNamespace, veleroInertExcluded)
+	if err != nil {
+		return "", err
+	}
+	if err := veleroMissing(b, vout); err != nil {
+		return "", err
+	}
+	ref := vrun.Spec.BackupRef.Namespace + "/" + vrun.Spec.BackupRef.Name
+	out.Findings = append(out.Findings, vout.Findings...)
+	out.ObjectsExpected, out.ObjectsRestored = vout.ObjectsExpected, vout.ObjectsRestored
+	for k, v := range vout.Details {
+		out.Details[k] = v
+	}
+	out.Details[DetailContentDiff] = "Velero backup " + ref
+	compared := out.Details[velerocheck.DetailObjectsCompared]
+	if compared == "" {
+		compared = "0"
+	}
+	if len(vout.Findings) > 0 {
+		return fmt.Sprintf("compared with Velero backup %s: %s object(s) compared by content, %d finding(s)", ref, compared, len(vout.Findings)), nil
+	}
+	return fmt.Sprintf("compared with Velero backup %s: all %d object(s) of namespace %s it restores are in the sandbox, %s of them compared by content and identical",
+		ref, out.ObjectsExpected, b.Namespace, compared), nil
 }
 
 // noPods creates the sandbox's ResourceQuota of zero pods (once; AlreadyExists is this run's own).

@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -29,6 +32,7 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
+	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
 
@@ -76,8 +80,14 @@ const jobDriverGroup = "jobdriver.backups.cozystack.io"
 // requires) and, as its driver does, writes status through the status subresource: phase and art.
 func cofferBackup(t *testing.T, name, driverGroup string, driverMetadata map[string]string, phase backupsv1.BackupPhase, art *backupsv1.BackupArtifact) *backupsv1.Backup {
 	t.Helper()
+	return cofferBackupIn(t, "default", name, driverGroup, driverMetadata, phase, art)
+}
+
+// cofferBackupIn is cofferBackup in namespace ns.
+func cofferBackupIn(t *testing.T, ns, name, driverGroup string, driverMetadata map[string]string, phase backupsv1.BackupPhase, art *backupsv1.BackupArtifact) *backupsv1.Backup {
+	t.Helper()
 	ctx := context.Background()
-	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: backupsv1.BackupSpec{
 			ApplicationRef: corev1TypedRef("apps.cozystack.io", "Postgres", "db"),
 			StrategyRef:    corev1TypedRef(driverGroup, "Strategy", "nightly"),
@@ -131,18 +141,21 @@ func getBackup(t *testing.T, b *backupsv1.Backup) *backupsv1.Backup {
 	return out
 }
 
-// assertVerdict: the Backup records the run's checksum-only verdict (result, the run's Result)
-// and its Verified condition says status/reason; no full-restore verdict is made up.
+// assertVerdict: the Backup records the run's verdict in its mode's entry (result, the run's
+// Result) and its Verified condition says status/reason; no verdict of the other mode is made up.
 func assertVerdict(t *testing.T, b *backupsv1.Backup, run *securityv1.BackupVerifyRun, result backupsv1.VerificationResult, status metav1.ConditionStatus, reason string) {
 	t.Helper()
 	got := getBackup(t, b)
 	require.NotNil(t, got.Status.Verification, "status: %+v", got.Status)
-	v := got.Status.Verification.Checksum
+	v, other := got.Status.Verification.Checksum, got.Status.Verification.FullRestore
+	if run.Spec.Mode == securityv1.ModeFullRestore {
+		v, other = other, v
+	}
 	require.NotNil(t, v, "verification: %+v", got.Status.Verification)
 	assert.Equal(t, result, v.Result)
 	require.NotNil(t, v.ResultRef)
 	assert.Equal(t, backupsv1.VerificationResultRef{Namespace: run.Namespace, Name: run.Status.ResultRef}, *v.ResultRef)
-	assert.Nil(t, got.Status.Verification.FullRestore)
+	assert.Nil(t, other)
 	c := meta.FindStatusCondition(got.Status.Conditions, backupsv1.ConditionVerified)
 	require.NotNil(t, c, "conditions: %v", got.Status.Conditions)
 	assert.Equal(t, status, c.Status, c.Message)
@@ -448,4 +461,121 @@ func TestCofferVeleroMadeBackup(t *testing.T) {
 		assert.Nil(t, got.Status.Verification)
 		assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, backupsv1.ConditionVerified))
 	})
+}
+
+// TestCofferFullRestoreComparesContent: a full-restore of a Velero-made Coffer Backup compares what
+// its driver restored into the sandbox with the Velero backup by content, with the velero
+// backend's diff. driver-velero does not run here: the test plays its part. When the verifier's
+// RestoreJob appears, it restores the Velero backup as the driver does for an inert restore into
+// another namespace (a Velero Restore of the Backup's namespace, namespaceMapping into the
+// sandbox, Pods left out, no resource modifiers: the workloads keep their replicas) and marks the
+// RestoreJob Succeeded. A good backup passes (Verified=True, the objects compared counted); a
+// ConfigMap key and a Secret key changed in the sandbox between the restore and the diff are two
+// content-mismatch findings, Verified=False, and the Secret's value is quoted nowhere.
+func TestCofferFullRestoreComparesContent(t *testing.T) {
+	ns := uniq("cofc")
+	namespaceOfManyKinds(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	dm := map[string]string{velerodriverv1.MetaBackupName: vb.Name, velerodriverv1.MetaNamespace: velerostack.Namespace}
+	b := cofferBackupIn(t, ns, ns, velerodriverv1.Group, dm, backupsv1.BackupReady,
+		&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + velerostack.ObjectKey(vb.Name), Checksum: vb.Annotations[backupsv1.AnnotationChecksum]})
+	fullRestore := func(t *testing.T, h *harness, name, sandbox string) *securityv1.BackupVerifyRun {
+		run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name, Namespace: ns},
+			Mode: securityv1.ModeFullRestore, SandboxNamespace: sandbox, Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+		playDriverVelero(t, h, run, b)
+		h.finish(run)
+		return run
+	}
+
+	t.Run("a good backup is identical in content", func(t *testing.T) {
+		h := cofferHarness(t)
+		run := fullRestore(t, h, ns+"-good", ns+"-a-bvsandbox")
+		r := result(t, run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
+		require.Equal(t, []string{securityv1.CodeRestoreSucceeded}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+		assert.Contains(t, r.Spec.Findings[0].Message, "compared by content and identical")
+		assert.Equal(t, "Velero backup "+velerostack.Namespace+"/"+vb.Name, r.Spec.Details[coffercheck.DetailContentDiff])
+		compared, err := strconv.Atoi(r.Spec.Details[velerocheck.DetailObjectsCompared])
+		require.NoError(t, err, "details: %v", r.Spec.Details)
+		assert.GreaterOrEqual(t, compared, 20, "25 objects of the test, less the ones their controllers rewrite; details: %v", r.Spec.Details)
+		assert.Empty(t, r.Spec.Details[velerocheck.DetailObjectsDiffering])
+		assert.Positive(t, r.Spec.ObjectsExpected)
+		assert.Equal(t, r.Spec.ObjectsExpected, r.Spec.ObjectsRestored)
+		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
+	})
+
+	t.Run("tampered objects are content mismatches", func(t *testing.T) {
+		h := cofferHarness(t)
+		sandbox := ns + "-b-bvsandbox"
+		called := tamperBeforeDiff(t, h, ns, sandbox) // ns: the Backup's namespace
+		run := fullRestore(t, h, ns+"-tampered", sandbox)
+		assert.Equal(t, 1, *called, "the diff runs once, after the RestoreJob succeeded")
+		assertMismatch(t, run)
+		assert.Equal(t, securityv1.SeverityHigh, run.Status.WorstSeverity)
+		r := result(t, run)
+		require.ElementsMatch(t, []string{securityv1.CodeRestoreSucceeded, securityv1.CodeContentMismatch, securityv1.CodeContentMismatch}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+		assertTampered(t, run, r, sandbox)
+		assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonRestoreMismatch)
+	})
+}
+
+// playDriverVelero plays driver-velero's part in a coffer full-restore of Backup b: it reconciles
+// the run until the verifier's RestoreJob appears, restores b's Velero backup as the driver does
+// (driver-velero/internal/driver/restore.go: the Backup's namespace only, an exact namespaceMapping
+// to spec.options.targetNamespace, no cluster resources, Pods left out for spec.options.inert),
+// waits for Velero to complete it and writes the RestoreJob's status Succeeded.
+func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) {
+	t.Helper()
+	ctx := context.Background()
+	rj := awaitRestoreJob(t, h, run, b)
+	require.Equal(t, "true", rj.Spec.Options[backupsv1.OptionInert])
+	require.Equal(t, run.Spec.SandboxNamespace, rj.TargetNamespace())
+	vr := &velerov1.Restore{ObjectMeta: metav1.ObjectMeta{Name: rj.Name, Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]},
+		Spec: velerov1.RestoreSpec{BackupName: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], IncludedNamespaces: []string{b.Namespace},
+			NamespaceMapping: map[string]string{b.Namespace: rj.TargetNamespace()}, IncludeClusterResources: ptr(false), ExcludedResources: []string{"pods"}}}
+	require.NoError(t, cl.Create(ctx, vr))
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), vr) })
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, client.ObjectKeyFromObject(vr), vr)
+		return vr.Status.Phase == velerov1.RestorePhaseCompleted, err
+	}), "velero restore %s: %s\n%s", vr.Name, vr.Status.Phase, stack.VeleroLog())
+	rj.Status.Phase = backupsv1.RestoreJobSucceeded
+	require.NoError(t, cl.Status().Update(ctx, rj))
+}
+
+// awaitRestoreJob reconciles a coffer full-restore of Backup b until its RestoreJob appears.
+func awaitRestoreJob(t *testing.T, h *harness, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) *backupsv1.RestoreJob {
+	t.Helper()
+	rj := &backupsv1.RestoreJob{}
+	key := client.ObjectKey{Namespace: b.Namespace, Name: coffercheck.RestoreJobName(run)}
+	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		h.step(run)
+		return cl.Get(ctx, key, rj) == nil, nil
+	}), "the verifier creates its RestoreJob; run: %+v", run.Status)
+	return rj
+}
+
+// TestCofferFullRestoreWithoutContentDiff: a full-restore of a Backup whose driver is not Velero
+// (driver-job's here, played by the test: its RestoreJob simply succeeds) rests on the RestoreJob
+// alone, and its Result says that no content diff was made for that driver instead of claiming a
+// comparison: no objects expected or compared.
+func TestCofferFullRestoreWithoutContentDiff(t *testing.T) {
+	name := uniq("cofjobfr")
+	b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady,
+		&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/coffer-job/" + name, SizeBytes: 1, Checksum: "sha256:" + strings.Repeat("0", 64)})
+	h := cofferHarness(t)
+	run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
+		Mode: securityv1.ModeFullRestore, SandboxNamespace: name + "-bvsandbox", Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+	rj := awaitRestoreJob(t, h, run, b)
+	rj.Status.Phase = backupsv1.RestoreJobSucceeded
+	require.NoError(t, cl.Status().Update(context.Background(), rj))
+	h.finish(run)
+	r := result(t, run)
+	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
+	require.Equal(t, []string{securityv1.CodeRestoreSucceeded}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+	assert.Contains(t, r.Spec.Findings[0].Message, "no content diff is available for driver "+jobDriverGroup)
+	assert.Equal(t, "not available for driver "+jobDriverGroup, r.Spec.Details[coffercheck.DetailContentDiff])
+	assert.NotContains(t, r.Spec.Details, velerocheck.DetailObjectsCompared)
+	assert.Zero(t, r.Spec.ObjectsExpected)
+	assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
 }

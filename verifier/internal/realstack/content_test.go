@@ -125,58 +125,82 @@ func TestFullRestoreComparesContent(t *testing.T) {
 	t.Run("tampered objects are content mismatches", func(t *testing.T) {
 		h := newHarness(t)
 		sandbox := ns + "-b-bvsandbox"
-		called := 0
-		h.r.Velero.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) {
-			called++
-			require.Equal(t, map[string]string{ns: sandbox}, sandboxes)
-			cm := &corev1.ConfigMap{}
-			require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: "settings"}, cm))
-			cm.Data["mode"] = "tampered"
-			require.NoError(t, cl.Update(ctx, cm))
-			s := &corev1.Secret{}
-			require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: "db"}, s))
-			s.Data["password"] = []byte(secretValue + "-changed")
-			require.NoError(t, cl.Update(ctx, s))
-		}
+		called := tamperBeforeDiff(t, h, ns, sandbox)
 		run := veleroRun(t, "cc-tampered", vb.Name, securityv1.ModeFullRestore, sandbox)
 		h.finish(run)
-		assert.Equal(t, 1, called, "the hook runs once, when the Restore is over")
+		assert.Equal(t, 1, *called, "the hook runs once, when the Restore is over")
 		assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
 		assert.Equal(t, securityv1.SeverityHigh, run.Status.WorstSeverity)
 		r := result(t, run)
 		require.Equal(t, []string{securityv1.CodeContentMismatch, securityv1.CodeContentMismatch}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
-		byObject := map[string]securityv1.Finding{}
-		for _, f := range r.Spec.Findings {
+		assertTampered(t, run, r, sandbox)
+	})
+}
+
+// tamperBeforeDiff makes the diffs of h meet the sandbox tampered (tamper) once the restore of
+// namespace ns into sandbox is over; it returns how many times the diff called it.
+func tamperBeforeDiff(t *testing.T, h *harness, ns, sandbox string) *int {
+	called := new(int)
+	h.r.Velero.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) {
+		*called++
+		require.Equal(t, map[string]string{ns: sandbox}, sandboxes, "the source namespace, restored into the sandbox")
+		tamper(t, sandbox)
+	}
+	return called
+}
+
+// tamper changes, in sandbox, one key of ConfigMap settings and one of Secret db
+// (namespaceOfManyKinds), as if the restore had brought them back wrong.
+func tamper(t *testing.T, sandbox string) {
+	t.Helper()
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: "settings"}, cm))
+	cm.Data["mode"] = "tampered"
+	require.NoError(t, cl.Update(ctx, cm))
+	s := &corev1.Secret{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: "db"}, s))
+	s.Data["password"] = []byte(secretValue + "-changed")
+	require.NoError(t, cl.Update(ctx, s))
+}
+
+// assertTampered: what tamper changed is two content-mismatch findings (high), naming the keys;
+// nothing is missing; and the Secret's value is nowhere: not in a finding, the run's status or its
+// events.
+func assertTampered(t *testing.T, run *securityv1.BackupVerifyRun, r *securityv1.BackupVerifyResult, sandbox string) {
+	t.Helper()
+	byObject := map[string]securityv1.Finding{}
+	for _, f := range r.Spec.Findings {
+		if f.Code == securityv1.CodeContentMismatch {
 			assert.Equal(t, securityv1.SeverityHigh, f.Severity)
 			byObject[f.Object] = f
 		}
-		cm, ok := byObject["core/ConfigMap "+sandbox+"/settings"]
-		require.True(t, ok, findingsOf(r.Spec.Findings))
-		assert.Contains(t, cm.Message, `data.mode differs (backup: "prod", sandbox: "tampered")`)
-		s, ok := byObject["core/Secret "+sandbox+"/db"]
-		require.True(t, ok, findingsOf(r.Spec.Findings))
-		assert.Contains(t, s.Message, "data.password differs")
-		assert.Contains(t, s.Message, strconv.Itoa(len(secretValue))+" bytes")
-		assert.Equal(t, "2", r.Spec.Details[velerocheck.DetailObjectsDiffering])
-		assert.Equal(t, r.Spec.ObjectsExpected, r.Spec.ObjectsRestored, "nothing is missing")
+	}
+	cm, ok := byObject["core/ConfigMap "+sandbox+"/settings"]
+	require.True(t, ok, findingsOf(r.Spec.Findings))
+	assert.Contains(t, cm.Message, `data.mode differs (backup: "prod", sandbox: "tampered")`)
+	s, ok := byObject["core/Secret "+sandbox+"/db"]
+	require.True(t, ok, findingsOf(r.Spec.Findings))
+	assert.Contains(t, s.Message, "data.password differs")
+	assert.Contains(t, s.Message, strconv.Itoa(len(secretValue))+" bytes")
+	assert.Equal(t, "2", r.Spec.Details[velerocheck.DetailObjectsDiffering])
+	assert.Equal(t, r.Spec.ObjectsExpected, r.Spec.ObjectsRestored, "nothing is missing")
 
-		// The Secret's value is nowhere: not in a finding, the run's status or its events.
-		var seen []string
-		for _, v := range []any{r.Spec, r.Status, run.Status} {
-			b, err := json.Marshal(v)
-			require.NoError(t, err)
-			seen = append(seen, string(b))
-		}
-		for _, evs := range securityEvents(t, run) {
-			b, err := json.Marshal(evs)
-			require.NoError(t, err)
-			seen = append(seen, string(b))
-		}
-		for _, s := range seen {
-			assert.NotContains(t, s, secretValue)
-			assert.NotContains(t, s, base64.StdEncoding.EncodeToString([]byte(secretValue))[:20])
-		}
-	})
+	var seen []string
+	for _, v := range []any{r.Spec, r.Status, run.Status} {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		seen = append(seen, string(b))
+	}
+	for _, evs := range securityEvents(t, run) {
+		b, err := json.Marshal(evs)
+		require.NoError(t, err)
+		seen = append(seen, string(b))
+	}
+	for _, s := range seen {
+		assert.NotContains(t, s, secretValue)
+		assert.NotContains(t, s, base64.StdEncoding.EncodeToString([]byte(secretValue))[:20])
+	}
 }
 
 func findingsOf(fs []securityv1.Finding) string {

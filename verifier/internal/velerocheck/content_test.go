@@ -291,7 +291,8 @@ func tarball(t *testing.T, files ...tarFile) *bytes.Buffer {
 }
 
 // TestIndexContents: one object per key (its unversioned copy, or its preferred-version copy), the
-// controllers of every namespaced object, digests only of the wanted objects without controller.
+// controllers of every namespaced object, digests only of the wanted objects without controller
+// and of a kind the restore brings back.
 func TestIndexContents(t *testing.T) {
 	cm := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"prod"},"data":{"k":"v"}}`
 	rs := `{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"w-1","namespace":"prod","ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"w","uid":"1","controller":true}]},"spec":{"replicas":1}}`
@@ -305,25 +306,38 @@ func TestIndexContents(t *testing.T) {
 		tarFile{"resources/configmaps/namespaces/prod/b.json", other},
 		tarFile{"resources/configmaps/namespaces/prod/kube-root-ca.crt.json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kube-root-ca.crt","namespace":"prod"}}`},
 		tarFile{"resources/namespaces/cluster/prod.json", `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"prod"}}`},
+		tarFile{"resources/daemonsets.apps/namespaces/prod/agent.json", `{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"agent","namespace":"prod"},"spec":{}}`},
 	)
 	cmKey := objectKey{gk: schema.GroupKind{Kind: "ConfigMap"}, ns: "prod", name: "a"}
 	rsKey := objectKey{gk: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}, ns: "prod", name: "w-1"}
 	rootCA := objectKey{gk: schema.GroupKind{Kind: "ConfigMap"}, ns: "prod", name: "kube-root-ca.crt"}
-	idx, err := indexContents(buf, map[objectKey]bool{cmKey: true, rsKey: true, rootCA: true}, map[string]string{"prod": "prod-bvsandbox"})
+	dsKey := objectKey{gk: schema.GroupKind{Group: "apps", Kind: "DaemonSet"}, ns: "prod", name: "agent"}
+	tb := buf.Bytes()
+	wanted := map[objectKey]bool{cmKey: true, rsKey: true, rootCA: true, dsKey: true}
+	idx, err := indexContents(bytes.NewReader(tb), wanted, map[string]string{"prod": "prod-bvsandbox"}, metadataOnly(ExcludedFromSandbox))
 	require.NoError(t, err)
 	want, err := digestOf(normalize(obj(t, cm), cmKey.gk, nil))
 	require.NoError(t, err)
-	assert.Equal(t, map[objectKey]digest{cmKey: want}, idx.digests, "the first copy of a; not b (not wanted), not the ReplicaSet (controlled), not the root CA")
+	assert.Equal(t, map[objectKey]digest{cmKey: want}, idx.digests,
+		"the first copy of a; not b (not wanted), not the ReplicaSet (controlled), not the root CA, not the DaemonSet (left out of the sandbox: only its metadata is read)")
 	assert.Equal(t, map[objectKey]controllerRef{
 		rsKey: {group: "apps", kind: "Deployment", name: "w"},
 		{gk: schema.GroupKind{Kind: "Pod"}, ns: "prod", name: "w-1-x"}: {group: "apps", kind: "ReplicaSet", name: "w-1"},
 	}, idx.ctrl)
+
+	// A restore that leaves out only Pods (driver-velero's inert restore) brings the DaemonSet
+	// back: it is compared.
+	idx, err = indexContents(bytes.NewReader(tb), wanted, nil, metadataOnly(map[schema.GroupKind]string{{Kind: "Pod"}: "pods"}))
+	require.NoError(t, err)
+	assert.Contains(t, idx.digests, dsKey)
+	assert.Len(t, idx.digests, 2)
+	assert.Len(t, idx.ctrl, 2)
 }
 
 func TestIndexContentsOfACorruptTarball(t *testing.T) {
 	good := tarball(t, tarFile{"resources/configmaps/namespaces/prod/a.json", `{}`}).Bytes()
-	_, err := indexContents(bytes.NewReader([]byte("not gzip")), nil, nil)
+	_, err := indexContents(bytes.NewReader([]byte("not gzip")), nil, nil, nil)
 	assert.True(t, errors.Is(err, errTarball), "%v", err)
-	_, err = indexContents(bytes.NewReader(good[:len(good)/2]), nil, nil)
+	_, err = indexContents(bytes.NewReader(good[:len(good)/2]), nil, nil, nil)
 	assert.True(t, errors.Is(err, errTarball), "%v", err)
 }

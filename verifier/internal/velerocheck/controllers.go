@@ -43,8 +43,10 @@ const (
 
 // regenerated returns the missing objects whose controller is not in the sandbox, and how many of
 // the others were left out with a controller of a kind the Restore excludes; the rest are left to
-// their controllers. versions gives the version the backup holds of each kind.
-func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl map[objectKey]controllerRef, versions map[schema.GroupKind]string, sandboxOf map[string]string) ([]missingObject, int, error) {
+// their controllers. versions gives the version the backup holds of each kind, excluded the kinds
+// the restore left out.
+func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl map[objectKey]controllerRef, versions map[schema.GroupKind]string,
+	sandboxOf map[string]string, excluded map[schema.GroupKind]string) ([]missingObject, int, error) {
 	memo := map[objectKey]presence{}
 	// state says whether the object key (in its source namespace) is in its sandbox, or is
 	// controlled by something that is, or by something left out; depth bounds a cycle of
@@ -54,7 +56,7 @@ func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl
 		if depth > 8 {
 			return absent, nil
 		}
-		if _, excluded := ExcludedFromSandbox[k.gk]; excluded {
+		if _, ok := excluded[k.gk]; ok {
 			return leftOut, nil
 		}
 		if p, ok := memo[k]; ok {
@@ -84,7 +86,7 @@ func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl
 		return p, nil
 	}
 	var left []missingObject
-	excluded := 0
+	nLeftOut := 0
 	for _, m := range missing {
 		p := absent
 		if ref, owned := ctrl[objectKey{gk: m.gvk.GroupKind(), ns: m.source, name: m.name}]; owned {
@@ -95,12 +97,12 @@ func (c *Checker) regenerated(ctx context.Context, missing []missingObject, ctrl
 		}
 		switch p {
 		case leftOut:
-			excluded++
+			nLeftOut++
 		case absent:
 			left = append(left, m)
 		}
 	}
-	return left, excluded, nil
+	return left, nLeftOut, nil
 }
 
 type missingObject struct {

@@ -269,8 +269,8 @@ func (c *Checker) open(ctx context.Context, run *securityv1.BackupVerifyRun, vb 
 // regeneratedByControllers drops from missing the objects their restored controllers regenerate
 // (see controllers.go; ctrl is read from the backup's tarball) and counts them as restored.
 func (c *Checker) regeneratedByControllers(ctx context.Context, missing []missingObject, ctrl map[objectKey]controllerRef,
-	versions map[schema.GroupKind]string, sandboxOf map[string]string, out *Outcome) ([]missingObject, error) {
-	left, excluded, err := c.regenerated(ctx, missing, ctrl, versions, sandboxOf)
+	versions map[schema.GroupKind]string, sr *sandboxRestore, out *Outcome) ([]missingObject, error) {
+	left, excluded, err := c.regenerated(ctx, missing, ctrl, versions, sr.mapping, sr.excluded)
 	if err != nil {
 		return nil, err
 	}
@@ -429,22 +429,9 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	case err != nil && !apierrors.IsNotFound(err):
 		return out, APIError("reading Velero restore "+restoreKey.String(), err)
 	}
-	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
-	list, err := c.resourceList(ctx, run, vb, bsl)
-	switch {
-	case errors.Is(err, errFileMissing):
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's resource list is missing from its storage location "+bsl.Name)
-		return out, nil
-	case errors.Is(err, errMalformed):
-		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, "the backup's resource list cannot be decoded: "+err.Error())
-		return out, nil
-	case err != nil:
+	objects, sources, err := c.backupObjects(ctx, run, vb, bsl, &out)
+	if err != nil || objects == nil {
 		return out, err
-	}
-	objects, sources := namespaced(list)
-	if len(sources) == 0 {
-		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, object, "the backup holds no namespaced objects to restore")
-		return out, nil
 	}
 	mapping := Sandboxes(run, sources)
 	names := make([]string, 0, len(sources))
@@ -481,92 +468,9 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		out.Done = false
 		return out, nil
 	}
-	if c.BeforeDiff != nil {
-		c.BeforeDiff(ctx, mapping)
-	}
-	// The backup's tarball is indexed while the sandbox is read (content.go).
-	want := map[objectKey]bool{}
-	for _, src := range sources {
-		for _, o := range objects[src] {
-			if _, ok := ExcludedFromSandbox[o.gvk.GroupKind()]; !ok {
-				want[objectKey{gk: o.gvk.GroupKind(), ns: src, name: o.name}] = true
-			}
-		}
-	}
-	diffCtx, stopDiff := context.WithCancel(ctx)
-	defer stopDiff()
-	content := c.startContentDiff(diffCtx, run, vb, bsl, want, mapping)
-	var missing []missingObject
-	var live []string
-	inertCount := map[string]int{}
-	for _, src := range sources {
-		for _, o := range objects[src] {
-			gk := o.gvk.GroupKind()
-			if _, ok := ExcludedFromSandbox[gk]; ok {
-				inertCount[DetailObjectsExcluded]++
-				continue
-			}
-			if _, ok := ScaledToZero[gk]; ok {
-				inertCount[DetailScaledToZero]++
-			}
-			if _, ok := Suspended[gk]; ok {
-				inertCount[DetailSuspended]++
-			}
-			out.ObjectsExpected++
-			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(o.gvk)
-			err := c.Reader.Get(ctx, client.ObjectKey{Namespace: mapping[src], Name: o.name}, u)
-			switch {
-			case err == nil:
-				out.ObjectsRestored++
-				if why := inert(u); why != "" {
-					live = append(live, describe(o, mapping[src])+": "+why)
-				}
-				content.observe(o, src, mapping[src], u)
-			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: mapping[src], name: o.name})
-			default:
-				return out, APIError(fmt.Sprintf("reading %s from the sandbox", describe(o, mapping[src])), err)
-			}
-		}
-	}
-	if len(live) > 0 {
-		// Not a fact about the backup: the sandbox was not inert. The run ends and its cleanup
-		// deletes the sandboxes at once.
-		return out, reconcile.TerminalError(fmt.Errorf("the sandbox is not inert: %s; the resource modifiers of ConfigMap %s/%s (deploy/verifier/velero) "+
-			"must restore workloads with replicas 0 and suspend true", strings.Join(live, "; "), vr.Namespace, SandboxModifiers))
-	}
-	for k, n := range inertCount {
-		out.detail(k, n)
-	}
-	idx, err := content.wait(ctx)
-	switch {
-	case errors.Is(err, errFileMissing):
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+bsl.Name)
-		return out, nil
-	case errors.Is(err, errTarball):
-		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, err.Error())
-		return out, nil
-	case err != nil:
-		return out, fmt.Errorf("reading the backup's tarball to compare the sandbox with it: %w", err)
-	}
-	if err := c.finishContentDiff(ctx, run, vb, bsl, content, idx, mapping, &out); err != nil {
-		return out, fmt.Errorf("locating the differences between the sandbox and the backup: %w", err)
-	}
-	if len(missing) > 0 {
-		versions := map[schema.GroupKind]string{}
-		for _, src := range sources {
-			for _, o := range objects[src] {
-				versions[o.gvk.GroupKind()] = o.gvk.Version
-			}
-		}
-		if missing, err = c.regeneratedByControllers(ctx, missing, idx.ctrl, versions, mapping, &out); err != nil {
-			return out, fmt.Errorf("checking whether controllers regenerate the objects missing from the sandbox: %w", err)
-		}
-	}
-	for _, m := range missing {
-		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(objectRef{gvk: m.gvk, name: m.name}, m.sandbox),
-			fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", m.gvk.Kind, m.source, m.name))
+	sr := &sandboxRestore{vb: vb, bsl: bsl, objects: objects, sources: sources, mapping: mapping, excluded: ExcludedFromSandbox, inert: true}
+	if err := c.compareSandboxes(ctx, run, sr, &out); err != nil {
+		return out, err
 	}
 	if out.ObjectsExpected == out.ObjectsRestored && len(out.Findings) == 0 {
 		msg := fmt.Sprintf("all %d namespaced objects of the backup were restored into the sandbox", out.ObjectsExpected)
@@ -579,6 +483,172 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name, msg)
 	}
 	return out, nil
+}
+
+// backupObjects reads the backup's resource list: its namespaced objects by source namespace, and
+// those namespaces. A nil map with a nil error means a finding says why there is nothing to restore.
+func (c *Checker) backupObjects(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
+	out *Outcome) (map[string][]objectRef, []string, error) {
+	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
+	list, err := c.resourceList(ctx, run, vb, bsl)
+	switch {
+	case errors.Is(err, errFileMissing):
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's resource list is missing from its storage location "+bsl.Name)
+		return nil, nil, nil
+	case errors.Is(err, errMalformed):
+		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, "the backup's resource list cannot be decoded: "+err.Error())
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	objects, sources := namespaced(list)
+	if len(sources) == 0 {
+		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, object, "the backup holds no namespaced objects to restore")
+		return nil, nil, nil
+	}
+	return objects, sources, nil
+}
+
+// sandboxRestore is a restore of a Velero backup into sandboxes: the verifier's own Restore, or a
+// driver's through the driver contract (CompareRestore).
+type sandboxRestore struct {
+	vb  *velerov1.Backup
+	bsl *velerov1.BackupStorageLocation
+	// objects are the backup's namespaced objects by source namespace; sources are the namespaces
+	// restored, mapping names the sandbox of each.
+	objects map[string][]objectRef
+	sources []string
+	mapping map[string]string
+	// excluded are the kinds the restore leaves out on purpose, with their Velero resource names.
+	excluded map[schema.GroupKind]string
+	// inert: the restore applied the sandbox's resource modifiers (SandboxModifiers), so every
+	// restored workload must come back scaled to zero or suspended (inert).
+	inert bool
+}
+
+// compareSandboxes diffs the sandboxes of a finished restore with the backup: every namespaced
+// object of the backup not of an excluded kind must be in its sandbox (object-missing, but for what
+// controllers regenerate, controllers.go) and identical in content to its copy in the backup
+// (content-mismatch, content.go); the counts go to out's details. A sandbox that is not inert
+// although sr.inert is trouble that ends the run.
+func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, sr *sandboxRestore, out *Outcome) error {
+	if c.BeforeDiff != nil {
+		c.BeforeDiff(ctx, sr.mapping)
+	}
+	// The backup's tarball is indexed while the sandbox is read (content.go).
+	want := map[objectKey]bool{}
+	for _, src := range sr.sources {
+		for _, o := range sr.objects[src] {
+			if _, ok := sr.excluded[o.gvk.GroupKind()]; !ok {
+				want[objectKey{gk: o.gvk.GroupKind(), ns: src, name: o.name}] = true
+			}
+		}
+	}
+	diffCtx, stopDiff := context.WithCancel(ctx)
+	defer stopDiff()
+	content := c.startContentDiff(diffCtx, run, sr, want)
+	var missing []missingObject
+	var live []string
+	inertCount := map[string]int{}
+	for _, src := range sr.sources {
+		sandbox := sr.mapping[src]
+		for _, o := range sr.objects[src] {
+			gk := o.gvk.GroupKind()
+			if _, ok := sr.excluded[gk]; ok {
+				inertCount[DetailObjectsExcluded]++
+				continue
+			}
+			if _, ok := ScaledToZero[gk]; ok && sr.inert {
+				inertCount[DetailScaledToZero]++
+			}
+			if _, ok := Suspended[gk]; ok && sr.inert {
+				inertCount[DetailSuspended]++
+			}
+			out.ObjectsExpected++
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(o.gvk)
+			err := c.Reader.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: o.name}, u)
+			switch {
+			case err == nil:
+				out.ObjectsRestored++
+				if why := inert(u); sr.inert && why != "" {
+					live = append(live, describe(o, sandbox)+": "+why)
+				}
+				content.observe(o, src, sandbox, u)
+			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: sandbox, name: o.name})
+			default:
+				return APIError(fmt.Sprintf("reading %s from the sandbox", describe(o, sandbox)), err)
+			}
+		}
+	}
+	if len(live) > 0 {
+		// Not a fact about the backup: the sandbox was not inert. The run ends and its cleanup
+		// deletes the sandboxes at once.
+		return reconcile.TerminalError(fmt.Errorf("the sandbox is not inert: %s; the resource modifiers of ConfigMap %s/%s (deploy/verifier/velero) "+
+			"must restore workloads with replicas 0 and suspend true", strings.Join(live, "; "), sr.vb.Namespace, SandboxModifiers))
+	}
+	for k, n := range inertCount {
+		out.detail(k, n)
+	}
+	object := "velero.io/Backup " + sr.vb.Namespace + "/" + sr.vb.Name
+	idx, err := content.wait(ctx)
+	switch {
+	case errors.Is(err, errFileMissing):
+		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+sr.bsl.Name)
+		return nil
+	case errors.Is(err, errTarball):
+		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, err.Error())
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the backup's tarball to compare the sandbox with it: %w", err)
+	}
+	if err := content.finish(ctx, idx, out); err != nil {
+		return fmt.Errorf("locating the differences between the sandbox and the backup: %w", err)
+	}
+	if len(missing) > 0 {
+		versions := map[schema.GroupKind]string{}
+		for _, src := range sr.sources {
+			for _, o := range sr.objects[src] {
+				versions[o.gvk.GroupKind()] = o.gvk.Version
+			}
+		}
+		var err error
+		if missing, err = c.regeneratedByControllers(ctx, missing, idx.ctrl, versions, sr, out); err != nil {
+			return fmt.Errorf("checking whether controllers regenerate the objects missing from the sandbox: %w", err)
+		}
+	}
+	for _, m := range missing {
+		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(objectRef{gvk: m.gvk, name: m.name}, m.sandbox),
+			fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", m.gvk.Kind, m.source, m.name))
+	}
+	return nil
+}
+
+// CompareRestore diffs a sandbox that another restore of the Velero backup run.Spec.BackupRef
+// filled (a driver's, through the driver contract) with the backup, as FullRestore diffs its own
+// Restore's: the backup's objects of namespace source, restored into sandbox (Velero's
+// namespaceMapping), but for the kinds that restore left out on purpose (excluded, with their
+// Velero resource names). Its workloads are not expected inert (the caller keeps them from
+// starting pods). Findings (object-missing, content-mismatch, and those of FullRestore's reading
+// of the backup) and details are FullRestore's.
+func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVerifyRun, source, sandbox string, excluded map[schema.GroupKind]string) (Outcome, error) {
+	out := Outcome{Done: true}
+	vb, bsl, err := c.locate(ctx, run, &out)
+	if err != nil || vb == nil {
+		return out, err
+	}
+	objects, _, err := c.backupObjects(ctx, run, vb, bsl, &out)
+	if err != nil || objects == nil {
+		return out, err
+	}
+	if len(objects[source]) == 0 {
+		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, "velero.io/Backup "+vb.Namespace+"/"+vb.Name,
+			fmt.Sprintf("the backup holds no namespaced objects of namespace %s to restore", source))
+		return out, nil
+	}
+	sr := &sandboxRestore{vb: vb, bsl: bsl, objects: objects, sources: []string{source}, mapping: map[string]string{source: sandbox}, excluded: excluded}
+	return out, c.compareSandboxes(ctx, run, sr, &out)
 }
 
 func restoreTerminal(p velerov1.RestorePhase) bool {
