@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,6 +123,7 @@ func TestShippedDeployments(t *testing.T) {
 
 	ns, plan := e.scheduledBackups(t)
 	if !t.Failed() {
+		e.checkPlanSeries(t, reader, ns, plan)
 		e.failover(t, ns, plan)
 	}
 	e.finalChecks(t)
@@ -309,16 +311,10 @@ func (e *env) checkMetrics(t *testing.T, c *component, token string) {
 	pods, err := e.pods(c)
 	require.NoError(t, err)
 	for _, p := range pods {
-		port := int32(0)
-		for _, cp := range p.Spec.Containers[0].Ports {
-			if cp.Name == "https" {
-				port = cp.ContainerPort
-			}
-		}
-		if !assert.NotZero(t, port, "%s: the container has a port named https", p.Name) {
+		url := metricsURL(t, p)
+		if url == "" {
 			continue
 		}
-		url := "https://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))) + "/metrics"
 		code, body, err := components.Scrape(url, token)
 		require.NoError(t, err, "%s: %s", p.Name, url)
 		require.Equal(t, http.StatusOK, code, "%s: scraping %s as Prometheus: %s", p.Name, url, body)
@@ -331,6 +327,57 @@ func (e *env) checkMetrics(t *testing.T, c *component, token string) {
 		assert.Equal(t, http.StatusUnauthorized, code, "%s: scraping %s without a token: %s", p.Name, url, body)
 	}
 	t.Logf("%s: metrics served over HTTPS to Prometheus's token on %d pod(s), refused without one", c.name, len(pods))
+}
+
+// metricsURL is where a pod serves its metrics: the container's port named https ("" and a
+// failed assertion when it has none).
+func metricsURL(t *testing.T, p corev1.Pod) string {
+	for _, cp := range p.Spec.Containers[0].Ports {
+		if cp.Name == "https" {
+			return "https://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(cp.ContainerPort))) + "/metrics"
+		}
+	}
+	assert.Fail(t, "no metrics port", "%s: the container has no port named https", p.Name)
+	return ""
+}
+
+// checkPlanSeries scrapes both core-controller replicas: the Lease holder exports the Plan's
+// series (coffer_plan_*), the other replica none, so that each series reaches Prometheus once.
+func (e *env) checkPlanSeries(t *testing.T, token, ns, plan string) {
+	c := e.component("core-controller")
+	holder, _, err := e.leaseHolder(c)
+	require.NoError(t, err)
+	pods, err := e.pods(c)
+	require.NoError(t, err)
+	running := 0
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			continue
+		}
+		running++
+		url := metricsURL(t, p)
+		if url == "" {
+			continue
+		}
+		code, body, err := components.Scrape(url, token)
+		require.NoError(t, err, "%s: %s", p.Name, url)
+		require.Equal(t, http.StatusOK, code, "%s: %s", p.Name, body)
+		var series []string
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "coffer_plan_") {
+				series = append(series, line)
+			}
+		}
+		if p.Name == holder {
+			want := fmt.Sprintf(`coffer_plan_created_timestamp_seconds{namespace=%q,plan=%q}`, ns, plan)
+			assert.True(t, slices.ContainsFunc(series, func(l string) bool { return strings.HasPrefix(l, want) }),
+				"the leader %s exports %s: %v", p.Name, want, series)
+		} else {
+			assert.Empty(t, series, "%s, not the leader (%s), exports no Plan series", p.Name, holder)
+		}
+	}
+	assert.Equal(t, 2, running, "two core-controller replicas were scraped")
+	t.Logf("core-controller: the leader %s alone exports Plan %s/%s's series", holder, ns, plan)
 }
 
 // acquiredLease tells whether a log has client-go's line for acquiring the Lease (its words:
