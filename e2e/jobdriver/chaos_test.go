@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -29,8 +30,10 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/driverkit"
 	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 const (
@@ -70,6 +73,9 @@ type chaosState struct {
 	ns    string
 	class string
 	comps map[string]*components.Component
+	// verifier runs the BackupVerifyPolicy named policy over the namespace's Plan.
+	verifier *components.Component
+	policy   string
 	// source describes the application's files, which never change: every restore must equal it.
 	source map[string]string
 	// restores maps each RestoreJob to its target application; restoredFrom holds their Backups,
@@ -128,6 +134,7 @@ func (e *env) chaos(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { components.StopAndCheck(t, core) })
 	ch.comps = map[string]*components.Component{"driver-job": e.driver, "core-controller": core}
+	ch.startVerifier()
 
 	plan := &backupsv1.Plan{ObjectMeta: metav1.ObjectMeta{Name: chaosPlan, Namespace: ns}, Spec: backupsv1.PlanSpec{
 		ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: ch.class,
@@ -205,6 +212,7 @@ func (e *env) chaos(t *testing.T) {
 	ch.checkArtifacts()
 	ch.checkRestores()
 	ch.checkTicks()
+	ch.checkVerified()
 	t.Logf("chaos summary: seed %d; SIGKILL driver-job %d, core-controller %d; longest driver-job outage %s (claim timeout %s); %s; wall time %s",
 		seed, ch.kills["driver-job"], ch.kills["core-controller"], ch.longestOutage.Round(time.Second), chaosClaimTimeout,
 		stats, time.Since(began).Round(time.Second))
@@ -601,4 +609,79 @@ func conditions(cs []metav1.Condition) string {
 		out = append(out, fmt.Sprintf("%s=%s/%s", c.Type, c.Status, c.Reason))
 	}
 	return "[" + strings.Join(out, " ") + "]"
+}
+
+// startVerifier runs the verifier as its ServiceAccount, reading driver-job's artifacts from MinIO
+// (--s3-endpoint), and a BackupVerifyPolicy that verifies every new Backup of the namespace's
+// Plans checksum-only.
+func (ch *chaosState) startVerifier() {
+	t, e := ch.t, ch.env
+	t.Setenv("AWS_ACCESS_KEY_ID", velerostack.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", velerostack.SecretKey)
+	v, err := components.Launch(e.root, e.work, e.n.Cluster.Kubeconfig, components.Spec{Module: "verifier", Binary: "verifier",
+		Namespace: "ugallu-system", Args: []string{"--cluster-id=node", "--cluster-name=coffer-node", "--s3-endpoint=http://" + e.s3.S3Endpoint,
+			"--etcd-snapshot-dir=" + t.TempDir()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { components.StopAndCheck(t, v) })
+	ch.verifier = v
+	pol := &securityv1.BackupVerifyPolicy{ObjectMeta: metav1.ObjectMeta{Name: "jobdriver-chaos"}, Spec: securityv1.BackupVerifyPolicySpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ch.ns}},
+		ChecksumOnly:      ptr.To(true),
+		MaxConcurrentRuns: ptr.To[int32](2),
+	}}
+	require.NoError(t, ch.cl.Create(ch.ctx, pol))
+	ch.policy = pol.Name
+	t.Logf("verifier running with --s3-endpoint; BackupVerifyPolicy %s verifies every new Backup of namespace %s checksum-only", pol.Name, ch.ns)
+}
+
+// checkVerified: every Ready Backup of the Plan is verified checksum-only by exactly one run of
+// the policy, which read the artifact from MinIO and found it matching (Verified=True,
+// ChecksumVerified), with one Result and one terminal SecurityEvent.
+func (ch *chaosState) checkVerified() {
+	t := ch.t
+	var backups []backupsv1.Backup
+	ch.poll("the policy's verdict on every Ready Backup of the Plan", func(ctx context.Context) (bool, error) {
+		list := &backupsv1.BackupList{}
+		if err := ch.cl.List(ctx, list, client.InNamespace(ch.ns), client.MatchingLabels{backupsv1.LabelPlan: chaosPlan}); err != nil {
+			return false, err
+		}
+		backups = backups[:0]
+		for _, b := range list.Items {
+			if b.Status.Phase != backupsv1.BackupReady || !b.DeletionTimestamp.IsZero() {
+				continue
+			}
+			backups = append(backups, b)
+			if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionVerified); c == nil || c.Status == metav1.ConditionUnknown {
+				return false, nil
+			}
+		}
+		return len(backups) > 0, nil
+	})
+	for _, b := range backups {
+		c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionVerified)
+		assert.Equal(t, metav1.ConditionTrue, c.Status, "Backup %s: %s %s", b.Name, c.Reason, c.Message)
+		assert.Equal(t, backupsv1.ReasonChecksumVerified, c.Reason, "Backup %s", b.Name)
+		runs := &securityv1.BackupVerifyRunList{}
+		require.NoError(t, ch.cl.List(ch.ctx, runs, client.MatchingLabels{securityv1.LabelPolicy: ch.policy, securityv1.LabelBackupUID: string(b.UID)}))
+		if !assert.Len(t, runs.Items, 1, "one policy run for Backup %s", b.Name) {
+			continue
+		}
+		run := runs.Items[0]
+		assert.Equal(t, securityv1.ModeChecksumOnly, run.Spec.Mode)
+		assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "run %s: %+v", run.Name, run.Status)
+		results := &securityv1.BackupVerifyResultList{}
+		require.NoError(t, ch.cl.List(ch.ctx, results, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}))
+		assert.Len(t, results.Items, 1, "one Result for run %s", run.Name)
+		events := &securityv1.SecurityEventList{}
+		require.NoError(t, ch.cl.List(ch.ctx, events, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}))
+		var terminal []string
+		for _, ev := range events.Items {
+			if ev.Spec.Type != securityv1.EventBackupVerifyStarted {
+				terminal = append(terminal, ev.Spec.Type)
+			}
+		}
+		assert.Equal(t, []string{securityv1.EventBackupVerifyCompleted}, terminal, "one terminal SecurityEvent for run %s", run.Name)
+	}
+	assert.False(t, ch.verifier.Exited(), "the verifier is alive at the end:\n%s", ch.verifier.Tail())
+	t.Logf("policy %s: %d Ready Backups of Plan %s verified checksum-only, one run, Result and event each", ch.policy, len(backups), chaosPlan)
 }

@@ -9,8 +9,10 @@
 // core-controller (also a process) are SIGKILLed at seeded random moments (COFFER_CHAOS_SEED
 // reproduces a schedule) while a Plan fires every minute with keepLast retention, ad-hoc backups
 // run, Backups are restored into other applications and deleted: every run must end Succeeded
-// within its deadline with one Job, and retention, cleanups and restores must come out exact. It
-// needs root (see e2e/harness/node) and is part of `make e2e`.
+// within its deadline with one Job, and retention, cleanups and restores must come out exact;
+// meanwhile the verifier, reading driver-job's artifacts from MinIO, verifies every Backup of the
+// Plan checksum-only by a BackupVerifyPolicy. `kubectl coffer describe` of the failed restore shows
+// the agent's pod log, read through the kubelet. It needs root (see e2e/harness/node) and is part of `make e2e`.
 package jobdriver
 
 import (
@@ -23,6 +25,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,12 +34,14 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -334,6 +339,7 @@ func (e *env) lifecycle(t *testing.T) {
 	require.Equal(t, backupsv1.RestoreJobFailed, bad.Status.Phase)
 	assert.Contains(t, bad.Status.Message, "checksum", "the pod's own words reach the RestoreJob")
 	require.Equal(t, before, tree(t, dir), "nothing was written")
+	e.describeShowsPodLog(t, bad)
 
 	// Deleting the Backup runs the cleanup Job, which deletes the object.
 	require.NoError(t, e.cl.Delete(ctx, b))
@@ -345,6 +351,35 @@ func (e *env) lifecycle(t *testing.T) {
 	_, err = e.s3.S3.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
 	require.Error(t, err)
 	assert.Equal(t, "NoSuchKey", minio.ToErrorResponse(err).Code, "the artifact is gone")
+}
+
+// describeShowsPodLog runs `kubectl coffer describe` of a failed RestoreJob: it names the
+// driver's Job and its pod and shows the tail of the pod's log, read through the kubelet.
+func (e *env) describeShowsPodLog(t *testing.T, rj *backupsv1.RestoreJob) {
+	bin, err := components.Build(e.root, "kubectl-coffer", "kubectl-coffer", e.work)
+	require.NoError(t, err)
+	jobs := &batchv1.JobList{}
+	require.NoError(t, e.cl.List(e.ctx, jobs, client.InNamespace(rj.Namespace), client.MatchingLabels{"jobdriver.backups.cozystack.io/run-uid": string(rj.UID)}))
+	require.Len(t, jobs.Items, 1, "the restore ran one Job")
+	pods := &corev1.PodList{}
+	require.NoError(t, e.cl.List(e.ctx, pods, client.InNamespace(rj.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(jobs.Items[0].UID)}))
+	require.Len(t, pods.Items, 1, "the restore's Job ran one pod")
+	cs, err := kubernetes.NewForConfig(e.n.Cluster.Config)
+	require.NoError(t, err)
+	raw, err := cs.CoreV1().Pods(rj.Namespace).GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(e.ctx)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	require.NotEmpty(t, last, "the agent logged why it refused")
+
+	cmd := exec.CommandContext(e.ctx, bin, "--kubeconfig="+e.n.Cluster.Kubeconfig, "describe", "rj/"+rj.Name, "-n", rj.Namespace)
+	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Logf("$ kubectl coffer describe rj/%s -n %s\n%s", rj.Name, rj.Namespace, out)
+	assert.Contains(t, string(out), pods.Items[0].Name, "describe names the restore's pod")
+	assert.NotContains(t, string(out), "log unavailable")
+	assert.Contains(t, string(out), last, "describe shows the pod's log")
 }
 
 // namespaceDeleted deletes a namespace that holds a Ready Backup (with the cleanup finalizer). Its
