@@ -9,7 +9,7 @@ COMPONENTS := core-controller driver-velero driver-job verifier
 
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen
-GO_TEST_FLAGS ?= -race -count=1
+GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 # The binaries of the local cluster live outside the checkout (hack/testbin.sh), so fresh clones reuse them.
 TESTBIN = $(shell hack/testbin.sh)
 VELEROBIN = $(shell hack/testbin.sh --velero)

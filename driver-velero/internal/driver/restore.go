@@ -127,6 +127,8 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	}
 	noCluster := false
 	spec.IncludeClusterResources = &noCluster
+	// Backups made before a kind joined the list may hold it.
+	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
 	if rj.Spec.Options[backupsv1.OptionInert] == "true" && !slices.Contains(spec.ExcludedResources, "pods") {
 		// Nothing that runs (contract RJ-12): bare Pods are left out; what the workloads would
 		// start is their controllers' to make again.

@@ -308,7 +308,13 @@ const DetailContentDiff = "contentDiff"
 // Velero resource names: bare Pods. It changes nothing else on purpose: the workloads it restores
 // keep their replicas and suspend (the sandbox's quota of zero pods keeps them from starting any),
 // and the content diff compares neither (content.go).
-var veleroInertExcluded = map[schema.GroupKind]string{{Kind: "Pod"}: "pods"}
+//
+// driver-velero also leaves Coffer's run records and the verifier's runs and Results out of every
+// backup and restore; a Backup made before it did may hold them, and they are not expected back.
+var veleroInertExcluded = map[schema.GroupKind]string{{Kind: "Pod"}: "pods",
+	{Group: "security.ugallu.io", Kind: "BackupVerifyRun"}: "backupverifyruns.security.ugallu.io", {Group: "security.ugallu.io", Kind: "BackupVerifyResult"}: "backupverifyresults.security.ugallu.io",
+	{Group: "backups.cozystack.io", Kind: "BackupJob"}: "backupjobs.backups.cozystack.io", {Group: "backups.cozystack.io", Kind: "Backup"}: "backups.backups.cozystack.io",
+	{Group: "backups.cozystack.io", Kind: "RestoreJob"}: "restorejobs.backups.cozystack.io", {Group: "backups.cozystack.io", Kind: "Plan"}: "plans.backups.cozystack.io"}
 
 // compareContent compares what the driver restored into the sandbox with the Backup, by content,
 // where the verifier can read the Backup's content: a Velero-made Backup's Velero backup, diffed
