@@ -839,21 +839,6 @@ func (ch *chaos) checkVerifyRuns() {
 	}
 }
 
-// policyRunName and policySandbox are the verifier's policy.RunName and policy.SandboxName
-// (verifier/internal/policy, not importable from here): one run per Backup and mode, whoever asks
-// for it, and its sandbox.
-func policyRunName(b *backupsv1.Backup, m securityv1.Mode) string {
-	word := "checksum"
-	if m == securityv1.ModeFullRestore {
-		word = "restore"
-	}
-	return backupsv1.BoundedName(253, b.Name, word, string(b.UID)[:8])
-}
-
-func policySandbox(b *backupsv1.Backup) string {
-	return backupsv1.BoundedName(63-len(securityv1.SandboxSuffix), strings.ReplaceAll(b.Name, ".", "-"), string(b.UID)[:8]) + securityv1.SandboxSuffix
-}
-
 // manualBackup creates a BackupJob of the Plan now, as `kubectl coffer backup PLAN` does
 // (kubectl-coffer/internal/runs.PlanBackupJob: spec.planRef, the Plan's label, the Plan as its
 // controller, named "<plan>-manual-<suffix>", no scheduled-time annotation), so its Backup is the
@@ -981,7 +966,7 @@ func (ch *chaos) readPolicy(ctx context.Context) (*policyState, error) {
 
 // run is the run of Backup b in mode m under its deterministic name, if any.
 func (st *policyState) run(b *backupsv1.Backup, m securityv1.Mode) *securityv1.BackupVerifyRun {
-	return st.runs[policyRunName(b, m)]
+	return st.runs[securityv1.PolicyRunName(b, m)]
 }
 
 // restoreSpacing checks the policy's rule for full-restores over the covered Backups, oldest first:
@@ -1039,7 +1024,7 @@ func (ch *chaos) policyLag(ctx context.Context) ([]string, error) {
 	}
 	for _, b := range st.covered {
 		if st.run(b, securityv1.ModeChecksumOnly) == nil {
-			out = append(out, fmt.Sprintf("Backup %s has no checksum-only run %s of the policy", b.Name, policyRunName(b, securityv1.ModeChecksumOnly)))
+			out = append(out, fmt.Sprintf("Backup %s has no checksum-only run %s of the policy", b.Name, securityv1.PolicyRunName(b, securityv1.ModeChecksumOnly)))
 		}
 	}
 	if _, caughtUp := st.restoreSpacing(); !caughtUp {
@@ -1103,13 +1088,13 @@ func (ch *chaos) checkPolicyRuns() {
 		}
 		wantSandbox := ""
 		if m == securityv1.ModeFullRestore {
-			wantSandbox = policySandbox(b)
+			wantSandbox = securityv1.PolicySandboxName(b)
 		}
-		if run.Name != policyRunName(b, m) || run.Labels[securityv1.LabelPlan] != backupsv1.LabelValue(planName) ||
+		if run.Name != securityv1.PolicyRunName(b, m) || run.Labels[securityv1.LabelPlan] != backupsv1.LabelValue(planName) ||
 			run.Spec.Backend != securityv1.BackendCoffer || run.Spec.BackupRef.Name != b.Name || run.Spec.BackupRef.Namespace != b.Namespace ||
 			run.Spec.SandboxNamespace != wantSandbox {
 			t.Errorf("policy run %s/%s of Backup %s (%s): want name %s, plan label %q, backend coffer, backupRef %s/%s, sandbox %q; has plan label %q, backend %s, backupRef %s/%s, sandbox %q",
-				run.Namespace, run.Name, b.Name, m, policyRunName(b, m), backupsv1.LabelValue(planName), b.Namespace, b.Name, wantSandbox,
+				run.Namespace, run.Name, b.Name, m, securityv1.PolicyRunName(b, m), backupsv1.LabelValue(planName), b.Namespace, b.Name, wantSandbox,
 				run.Labels[securityv1.LabelPlan], run.Spec.Backend, run.Spec.BackupRef.Namespace, run.Spec.BackupRef.Name, run.Spec.SandboxNamespace)
 		}
 		res := &securityv1.BackupVerifyResult{}

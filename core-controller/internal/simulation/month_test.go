@@ -17,7 +17,9 @@ package simulation
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -319,8 +321,8 @@ func (m *month) settle(night int) int {
 		for _, vb := range vbs.Items {
 			have[vb.Name] = true
 		}
-		if fmt.Sprint(have) != fmt.Sprint(want) {
-			why = fmt.Sprintf("Velero backups %v, Ready Backups' %v", keys(have), keys(want))
+		if !maps.Equal(have, want) {
+			why = fmt.Sprintf("Velero backups %v, Ready Backups' %v", slices.Sorted(maps.Keys(have)), slices.Sorted(maps.Keys(want)))
 			return false, nil
 		}
 		return true, nil
@@ -384,13 +386,4 @@ func (m *month) checkSampleRuns() {
 	ready := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
 	require.NotNil(m.t, ready)
 	require.Equal(m.t, backupsv1.ReasonArtifactMissing, ready.Reason, "the sample RestoreJob names a Backup without an artifact: %s", ready.Message)
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -69,22 +68,6 @@ func (r *Reconciler) reader() client.Reader {
 		return r.Reader
 	}
 	return r.Client
-}
-
-// RunName is the name of the run verifying Backup b in mode m: one per Backup and mode, whatever
-// policy asks for it.
-func RunName(b *backupsv1.Backup, m securityv1.Mode) string {
-	word := "checksum"
-	if m == securityv1.ModeFullRestore {
-		word = "restore"
-	}
-	return backupsv1.BoundedName(253, b.Name, word, string(b.UID)[:8])
-}
-
-// SandboxName is the sandbox of Backup b's full-restore run: a DNS label ending in -bvsandbox.
-func SandboxName(b *backupsv1.Backup) string {
-	stem := strings.ReplaceAll(b.Name, ".", "-")
-	return backupsv1.BoundedName(63-len(securityv1.SandboxSuffix), stem, string(b.UID)[:8]) + securityv1.SandboxSuffix
 }
 
 // Reconcile creates the runs a policy asks for and prunes those of deleted Backups.
@@ -252,7 +235,7 @@ func (r *Reconciler) run(ctx context.Context, pol *securityv1.BackupVerifyPolicy
 		}
 		if created {
 			active++
-			log.Info("Created a verification run", "run", klog.KRef(w.backup.Namespace, RunName(w.backup, w.mode)), "mode", w.mode, "backup", klog.KObj(w.backup))
+			log.Info("Created a verification run", "run", klog.KRef(w.backup.Namespace, securityv1.PolicyRunName(w.backup, w.mode)), "mode", w.mode, "backup", klog.KObj(w.backup))
 		}
 	}
 	pol.Status.Plans, pol.Status.ActiveRuns, pol.Status.PendingBackups = covered, active, pending
@@ -278,21 +261,21 @@ func (r *Reconciler) namespaces(ctx context.Context, sel labels.Selector) (map[s
 // one, or by hand under the same name).
 func (r *Reconciler) exists(ctx context.Context, b *backupsv1.Backup, m securityv1.Mode) (bool, error) {
 	run := &securityv1.BackupVerifyRun{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: RunName(b, m)}, run)
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: securityv1.PolicyRunName(b, m)}, run)
 	switch {
 	case err == nil:
 		return true, nil
 	case apierrors.IsNotFound(err):
 		return false, nil
 	}
-	return false, fmt.Errorf("reading run %s/%s: %w", b.Namespace, RunName(b, m), err)
+	return false, fmt.Errorf("reading run %s/%s: %w", b.Namespace, securityv1.PolicyRunName(b, m), err)
 }
 
 // create makes the run; AlreadyExists is success (a crash after the create, or a second replica).
 func (r *Reconciler) create(ctx context.Context, pol *securityv1.BackupVerifyPolicy, w want) (bool, error) {
 	b := w.backup
 	run := &securityv1.BackupVerifyRun{
-		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: RunName(b, w.mode), Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: securityv1.PolicyRunName(b, w.mode), Labels: map[string]string{
 			securityv1.LabelPolicy:    backupsv1.BoundedName(63, pol.Name),
 			securityv1.LabelBackupUID: string(b.UID),
 			securityv1.LabelPlan:      backupsv1.LabelValue(w.plan),
@@ -301,7 +284,7 @@ func (r *Reconciler) create(ctx context.Context, pol *securityv1.BackupVerifyPol
 			Mode: w.mode, Timeout: pol.Spec.RunTimeout},
 	}
 	if w.mode == securityv1.ModeFullRestore {
-		run.Spec.SandboxNamespace = SandboxName(b)
+		run.Spec.SandboxNamespace = securityv1.PolicySandboxName(b)
 	}
 	if err := r.Client.Create(ctx, run); err != nil {
 		if apierrors.IsAlreadyExists(err) {

@@ -224,7 +224,7 @@ func names(runs map[string]securityv1.BackupVerifyRun) []string {
 func runNames(mode securityv1.Mode, bs ...*backupsv1.Backup) []string {
 	out := make([]string, 0, len(bs))
 	for _, b := range bs {
-		out = append(out, policy.RunName(b, mode))
+		out = append(out, securityv1.PolicyRunName(b, mode))
 	}
 	return out
 }
@@ -290,7 +290,7 @@ func TestRunsForFreshReadyBackupsOfSelectedPlans(t *testing.T) {
 	require.Equal(t, runNames(securityv1.ModeChecksumOnly, b1), names(runs))
 	require.Equal(t, runNames(securityv1.ModeChecksumOnly, b1), f.runsIn(nsA), "no run but b1's")
 	require.Empty(t, f.runsIn(nsB))
-	run := runs[policy.RunName(b1, securityv1.ModeChecksumOnly)]
+	run := runs[securityv1.PolicyRunName(b1, securityv1.ModeChecksumOnly)]
 	assert.Equal(t, nsA, run.Namespace)
 	assert.Equal(t, "b1-checksum-"+string(b1.UID)[:8], run.Name)
 	assert.Equal(t, map[string]string{
@@ -323,8 +323,8 @@ func TestRunsForFreshReadyBackupsOfSelectedPlans(t *testing.T) {
 	f.reconcile(r, pol)
 	runs = f.runs(pol)
 	require.Equal(t, sorted(runNames(securityv1.ModeChecksumOnly, b1, b2, x1)), names(runs))
-	assert.Equal(t, nsB, runs[policy.RunName(x1, securityv1.ModeChecksumOnly)].Namespace)
-	assert.Equal(t, string(x1.UID), runs[policy.RunName(x1, securityv1.ModeChecksumOnly)].Labels[securityv1.LabelBackupUID])
+	assert.Equal(t, nsB, runs[securityv1.PolicyRunName(x1, securityv1.ModeChecksumOnly)].Namespace)
+	assert.Equal(t, string(x1.UID), runs[securityv1.PolicyRunName(x1, securityv1.ModeChecksumOnly)].Labels[securityv1.LabelBackupUID])
 	f.assertCounts(pol, 2, 3, 0)
 	require.Equal(t, sorted(runNames(securityv1.ModeChecksumOnly, b1, b2)), f.runsIn(nsA),
 		"still none for the Backup made before the policy, the Failed one, the one without an artifact, nor the unselected Plan's")
@@ -352,16 +352,16 @@ func TestFullRestoreEveryNth(t *testing.T) {
 		}
 		runs := f.runs(pol)
 		for _, b := range restored {
-			run := runs[policy.RunName(b, securityv1.ModeFullRestore)]
+			run := runs[securityv1.PolicyRunName(b, securityv1.ModeFullRestore)]
 			assert.Equal(t, b.Name+"-restore-"+string(b.UID)[:8], run.Name)
 			assert.Equal(t, securityv1.ModeFullRestore, run.Spec.Mode)
-			assert.Equal(t, policy.SandboxName(b), run.Spec.SandboxNamespace)
+			assert.Equal(t, securityv1.PolicySandboxName(b), run.Spec.SandboxNamespace)
 			assert.True(t, strings.HasSuffix(run.Spec.SandboxNamespace, securityv1.SandboxSuffix))
 			assert.Equal(t, string(b.UID), run.Labels[securityv1.LabelBackupUID])
 			assert.Nil(t, run.Spec.Timeout, "no runTimeout: the run's default")
 		}
 		for _, b := range all {
-			run := runs[policy.RunName(b, securityv1.ModeChecksumOnly)]
+			run := runs[securityv1.PolicyRunName(b, securityv1.ModeChecksumOnly)]
 			assert.Equal(t, securityv1.ModeChecksumOnly, run.Spec.Mode)
 			assert.Empty(t, run.Spec.SandboxNamespace)
 		}
@@ -398,8 +398,8 @@ func TestMaxConcurrentRuns(t *testing.T) {
 	b1, b2, b3, b4 := f.backup(ns, "b1", "db", 1), f.backup(ns, "b2", "db", 2), f.backup(ns, "b3", "db", 3), f.backup(ns, "b4", "db", 4)
 	f.ready(b1, b2, b3, b4)
 	r := f.reconciler(cl)
-	cs := func(b *backupsv1.Backup) string { return policy.RunName(b, securityv1.ModeChecksumOnly) }
-	restore4 := policy.RunName(b4, securityv1.ModeFullRestore)
+	cs := func(b *backupsv1.Backup) string { return securityv1.PolicyRunName(b, securityv1.ModeChecksumOnly) }
+	restore4 := securityv1.PolicyRunName(b4, securityv1.ModeFullRestore)
 
 	// The full-restore first, then the checksums, newest Backup first.
 	f.reconcile(r, pol)
@@ -467,8 +467,8 @@ func TestNoDuplicateRuns(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	f.end(ns, policy.RunName(b3, securityv1.ModeChecksumOnly), securityv1.RunSucceeded)
-	f.end(ns, policy.RunName(b2, securityv1.ModeChecksumOnly), securityv1.RunSucceeded)
+	f.end(ns, securityv1.PolicyRunName(b3, securityv1.ModeChecksumOnly), securityv1.RunSucceeded)
+	f.end(ns, securityv1.PolicyRunName(b2, securityv1.ModeChecksumOnly), securityv1.RunSucceeded)
 	f.reconcile(f.reconciler(cl), pol)
 	require.Equal(t, sorted(runNames(securityv1.ModeChecksumOnly, b1, b2, b3)), names(f.runs(pol)))
 	before := f.snapshot(pol)
@@ -480,7 +480,7 @@ func TestNoDuplicateRuns(t *testing.T) {
 	// added, and it is left as it is.
 	b4 := f.backup(ns, "b4", "db", 4)
 	f.ready(b4)
-	theirs := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: policy.RunName(b4, securityv1.ModeChecksumOnly),
+	theirs := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: securityv1.PolicyRunName(b4, securityv1.ModeChecksumOnly),
 		Labels: map[string]string{securityv1.LabelPolicy: "someone-else"}},
 		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b4.Name}}}
 	require.NoError(t, cl.Create(f.ctx, theirs))
@@ -535,7 +535,7 @@ func TestPruneRunsOfDeletedBackups(t *testing.T) {
 	runs := f.runs(pol)
 	require.Len(t, runs, 4)
 	run := func(b *backupsv1.Backup) securityv1.BackupVerifyRun {
-		return runs[policy.RunName(b, securityv1.ModeChecksumOnly)]
+		return runs[securityv1.PolicyRunName(b, securityv1.ModeChecksumOnly)]
 	}
 	r1, r2, r3, r4 := run(b1), run(b2), run(b3), run(b4)
 	f.event(string(r1.UID))
@@ -570,9 +570,9 @@ func TestPruneRunsOfDeletedBackups(t *testing.T) {
 	assert.Zero(t, f.eventsOf(r4.UID))
 	assert.True(t, f.exists(other), "another run's SecurityEvent stays")
 	runs = f.runs(pol)
-	require.Equal(t, sorted([]string{r2.Name, r3.Name, policy.RunName(b4new, securityv1.ModeChecksumOnly)}), names(runs),
+	require.Equal(t, sorted([]string{r2.Name, r3.Name, securityv1.PolicyRunName(b4new, securityv1.ModeChecksumOnly)}), names(runs),
 		"the new Backup of the same name gets its own run")
-	assert.Equal(t, string(b4new.UID), runs[policy.RunName(b4new, securityv1.ModeChecksumOnly)].Labels[securityv1.LabelBackupUID])
+	assert.Equal(t, string(b4new.UID), runs[securityv1.PolicyRunName(b4new, securityv1.ModeChecksumOnly)].Labels[securityv1.LabelBackupUID])
 
 	f.end(ns, r2.Name, securityv1.RunFailed)
 	f.reconcile(r, pol)
@@ -683,7 +683,7 @@ func TestSetupWithManager(t *testing.T) {
 	eventually("b2 pending", func() bool { st := f.get(pol).Status; return st.PendingBackups == 1 && st.ActiveRuns == 1 })
 	require.Equal(t, runNames(securityv1.ModeChecksumOnly, b1), f.runsIn(ns), "the limit holds")
 
-	f.end(ns, policy.RunName(b1, securityv1.ModeChecksumOnly), securityv1.RunSucceeded)
+	f.end(ns, securityv1.PolicyRunName(b1, securityv1.ModeChecksumOnly), securityv1.RunSucceeded)
 	eventually("b2's run", func() bool { return len(f.runsIn(ns)) == 2 })
 	require.Equal(t, sorted(runNames(securityv1.ModeChecksumOnly, b1, b2)), f.runsIn(ns))
 	eventually("the counts", func() bool { st := f.get(pol).Status; return st.PendingBackups == 0 && st.ActiveRuns == 1 })
