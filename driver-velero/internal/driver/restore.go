@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -17,6 +16,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/strategy"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
 	"github.com/coffer-backup/coffer/driverkit"
 	"github.com/coffer-backup/coffer/velerokit/download"
@@ -129,10 +129,9 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	spec.IncludeClusterResources = &noCluster
 	// Backups made before a kind joined the list may hold it.
 	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
-	if rj.Spec.Options[backupsv1.OptionInert] == "true" && !slices.Contains(spec.ExcludedResources, "pods") {
-		// Nothing that runs (contract RJ-12): bare Pods are left out; what the workloads would
-		// start is their controllers' to make again.
-		spec.ExcludedResources = append(spec.ExcludedResources, "pods")
+	if rj.Spec.Options[backupsv1.OptionInert] == "true" {
+		// Nothing that runs (contract RJ-12): bare Pods are left out too.
+		spec.ExcludedResources = appendMissing(spec.ExcludedResources, veleroapi.Resources(veleroapi.InertExcluded())...)
 	}
 
 	vr = &velerov1.Restore{

@@ -30,15 +30,8 @@ const (
 const ParamStorageLocation = "backupStorageLocationName"
 
 // ExcludedResources are never put in a Velero backup nor restored from one, whatever the templates
-// say: Coffer's own run records and Plans, and the verifier's runs and Results (a policy keeps them
-// in the Backups' namespace). Restored into a sandbox or another namespace they would run again (a
-// BackupJob or BackupVerifyRun without status is a new run; a Plan fires) or, as copies of Backups
-// and Results, act on or stand for the originals.
-var ExcludedResources = []string{
-	"plans.backups.cozystack.io", "backupjobs.backups.cozystack.io",
-	"backups.backups.cozystack.io", "restorejobs.backups.cozystack.io",
-	"backupverifyruns.security.ugallu.io", "backupverifyresults.security.ugallu.io",
-}
+// say (velerodriverv1.Excluded says which and why).
+var ExcludedResources = velerodriverv1.Resources(velerodriverv1.Excluded())
 
 // object names a Velero object after a run: namespace, name and the start of the UID, bounded.
 func object(ns, name string, uid types.UID) string {

@@ -31,7 +31,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -246,7 +245,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			return out, err
 		}
 		if ready, err := c.Velero.EnsureSandboxes(ctx, run, []string{run.Spec.SandboxNamespace}, &out); !ready {
-			return out, err
+			return out, sandboxRefused(&out, err)
 		}
 		if err := c.noPods(ctx, run); err != nil {
 			return out, err
@@ -299,22 +298,24 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	return out, nil
 }
 
+// sandboxRefused turns a sandbox the verifier may not use (sandbox-not-owned: a namespace it did
+// not create for this run, or a name without the sandbox suffix) into a run that could not be
+// carried out. It says nothing of the Backup, so it must not become a verdict on it, as the velero
+// backend's critical finding would: the finding stays in the Result, at medium severity, and the
+// run fails (BackupVerifyFailed). Other outcomes pass through.
+func sandboxRefused(out *velerocheck.Outcome, err error) error {
+	for i := range out.Findings {
+		if f := &out.Findings[i]; f.Code == securityv1.CodeSandboxNotOwned {
+			f.Severity = securityv1.SeverityMedium
+			return reconcile.TerminalError(fmt.Errorf("%s: the Backup was not restored, and nothing is said of it; delete that namespace or name another sandbox, then create the run again", f.Message))
+		}
+	}
+	return err
+}
+
 // DetailContentDiff, in a full-restore's Result, says what the restored state was compared with
 // by content, or why it was not.
 const DetailContentDiff = "contentDiff"
-
-// veleroInertExcluded are the kinds driver-velero leaves out of an inert restore
-// (spec.options.inert, contract RJ-12; driver-velero/internal/driver/restore.go), with their
-// Velero resource names: bare Pods. It changes nothing else on purpose: the workloads it restores
-// keep their replicas and suspend (the sandbox's quota of zero pods keeps them from starting any),
-// and the content diff compares neither (content.go).
-//
-// driver-velero also leaves Coffer's run records and the verifier's runs and Results out of every
-// backup and restore; a Backup made before it did may hold them, and they are not expected back.
-var veleroInertExcluded = map[schema.GroupKind]string{{Kind: "Pod"}: "pods",
-	{Group: "security.ugallu.io", Kind: "BackupVerifyRun"}: "backupverifyruns.security.ugallu.io", {Group: "security.ugallu.io", Kind: "BackupVerifyResult"}: "backupverifyresults.security.ugallu.io",
-	{Group: "backups.cozystack.io", Kind: "BackupJob"}: "backupjobs.backups.cozystack.io", {Group: "backups.cozystack.io", Kind: "Backup"}: "backups.backups.cozystack.io",
-	{Group: "backups.cozystack.io", Kind: "RestoreJob"}: "restorejobs.backups.cozystack.io", {Group: "backups.cozystack.io", Kind: "Plan"}: "plans.backups.cozystack.io"}
 
 // compareContent compares what the driver restored into the sandbox with the Backup, by content,
 // where the verifier can read the Backup's content: a Velero-made Backup's Velero backup, diffed
@@ -331,7 +332,7 @@ func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVeri
 	if err != nil {
 		return "", err
 	}
-	vout, err := c.Velero.CompareRestore(ctx, vrun, b.Namespace, run.Spec.SandboxNamespace, veleroInertExcluded)
+	vout, err := c.Velero.CompareRestore(ctx, vrun, b.Namespace, run.Spec.SandboxNamespace, velerodriverv1.InertExcluded())
 	if err != nil {
 		return "", err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -578,4 +579,54 @@ func TestCofferFullRestoreWithoutContentDiff(t *testing.T) {
 	assert.NotContains(t, r.Spec.Details, velerocheck.DetailObjectsCompared)
 	assert.Zero(t, r.Spec.ObjectsExpected)
 	assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
+}
+
+// TestCofferSandboxTakenIsNoVerdict: a full-restore whose sandbox namespace exists and was not
+// created for the run cannot be carried out. The namespace is left alone, no RestoreJob is made,
+// and the run fails BackupVerifyFailed with the sandbox-not-owned finding at medium severity: it
+// says nothing of the Backup, which gets no verdict (the velero backend, verifying a Velero backup
+// by name, keeps its critical finding: TestPreexistingSandboxIsRefused).
+func TestCofferSandboxTakenIsNoVerdict(t *testing.T) {
+	name := uniq("coftaken")
+	b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady,
+		&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/coffer-job/" + name, SizeBytes: 1, Checksum: "sha256:" + strings.Repeat("0", 64)})
+	sandbox := name + "-bvsandbox"
+	require.NoError(t, cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sandbox}}))
+	h := cofferHarness(t)
+	run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
+		Mode: securityv1.ModeFullRestore, SandboxNamespace: sandbox, Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+	h.finish(run)
+	assertVerifyFailed(t, run)
+	assert.Contains(t, run.Status.Message, "already exists and was not created for this run")
+	r := result(t, run)
+	require.Equal(t, []string{securityv1.CodeSandboxNotOwned}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+	assert.Equal(t, securityv1.SeverityMedium, r.Spec.Findings[0].Severity)
+	got := getBackup(t, b)
+	assert.Nil(t, got.Status.Verification, "no verdict on a Backup that could not be verified")
+	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, backupsv1.ConditionVerified))
+	ns := &corev1.Namespace{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, ns))
+	assert.True(t, ns.DeletionTimestamp.IsZero(), "a namespace the verifier did not create is never deleted")
+	err := cl.Get(context.Background(), client.ObjectKey{Namespace: b.Namespace, Name: coffercheck.RestoreJobName(run)}, &backupsv1.RestoreJob{})
+	assert.True(t, apierrors.IsNotFound(err), "no RestoreJob was created: %v", err)
+}
+
+// TestExcludedKindsAreServedResources: the kinds a sandbox restore leaves out (the velero
+// backend's, and driver-velero's inert restore's, which the coffer backend's diff expects absent)
+// are named as the API server serves them, so Velero's excludedResources matches what it meant.
+func TestExcludedKindsAreServedResources(t *testing.T) {
+	installCofferCRDs(t)
+	all := maps.Clone(velerocheck.ExcludedFromSandbox)
+	for gk, r := range velerodriverv1.InertExcluded() {
+		all[gk] = r
+	}
+	for gk, r := range all {
+		m, err := cl.RESTMapper().RESTMapping(gk)
+		require.NoError(t, err, "%s is served", gk)
+		want := m.Resource.Resource
+		if gk.Group != "" {
+			want += "." + gk.Group
+		}
+		assert.Equal(t, want, r, "the Velero resource name of %s", gk)
+	}
 }

@@ -3,7 +3,6 @@ package velerocheck
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 )
 
 // A sandbox is confined and inert before anything is restored into it:
@@ -58,12 +58,16 @@ var PodSecurityLabels = map[string]string{
 // ExcludedFromSandbox are the kinds a verification Restore leaves out, with their Velero resource
 // names: a bare Pod would run as soon as it is restored and a DaemonSet has no replica count to
 // set to zero. Pods a controller owns are derived state its controller would make again (and, scaled
-// to zero, does not). The diff counts such objects of the backup (details.objectsExcluded) instead
-// of expecting them in the sandbox.
-var ExcludedFromSandbox = map[schema.GroupKind]string{
-	{Kind: "Pod"}:                      "pods",
-	{Group: "apps", Kind: "DaemonSet"}: "daemonsets.apps",
-}
+// to zero, does not). Coffer's run records and Plans and the verifier's own runs and Results are
+// left out as driver-velero leaves them out (velerodriver.Excluded): restored into a sandbox, a
+// BackupJob or BackupVerifyRun would run again there, and a Plan would fire. The diff counts such
+// objects of the backup (details.objectsExcluded) instead of expecting them in the sandbox.
+var ExcludedFromSandbox = func() map[schema.GroupKind]string {
+	out := veleroapi.Excluded()
+	out[schema.GroupKind{Kind: "Pod"}] = "pods"
+	out[schema.GroupKind{Group: "apps", Kind: "DaemonSet"}] = "daemonsets.apps"
+	return out
+}()
 
 // ScaledToZero are the kinds the resource modifiers restore with spec.replicas 0, with their Velero
 // group-resource names.
@@ -82,12 +86,7 @@ var Suspended = map[schema.GroupKind]string{
 
 // excludedResources is the Restore's excludedResources.
 func excludedResources() []string {
-	out := make([]string, 0, len(ExcludedFromSandbox))
-	for _, r := range ExcludedFromSandbox {
-		out = append(out, r)
-	}
-	slices.Sort(out)
-	return out
+	return veleroapi.Resources(ExcludedFromSandbox)
 }
 
 // inert reports why a restored object is not inert ("" when it is): a workload the resource

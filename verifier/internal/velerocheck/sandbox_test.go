@@ -65,7 +65,9 @@ func TestShippedModifiersMakeEveryWorkloadInert(t *testing.T) {
 	for gk, r := range ExcludedFromSandbox {
 		assert.NotContains(t, got, r, "%s is left out of the restore, not patched", gk)
 	}
-	assert.Equal(t, []string{"daemonsets.apps", "pods"}, excludedResources())
+	assert.Equal(t, []string{"backupjobs.backups.cozystack.io", "backups.backups.cozystack.io", "backupverifyresults.security.ugallu.io", "backupverifyruns.security.ugallu.io",
+		"daemonsets.apps", "plans.backups.cozystack.io", "pods", "restorejobs.backups.cozystack.io"}, excludedResources(),
+		"a sandbox runs nothing: no bare Pod, no DaemonSet, and no run record, Plan or verification run restored to run again")
 }
 
 func TestInert(t *testing.T) {
