@@ -22,8 +22,8 @@
 //
 // The schedule of kills is a function of the seed: COFFER_CHAOS_SEED reproduces it (the test logs
 // the seed it used; a kill of the verifier counts its delay from its manual Backup turning Ready),
-// COFFER_CHAOS_ITERATIONS sets the number of kills (default 20). It is part of `make e2e`, not
-// `make test`.
+// COFFER_CHAOS_ITERATIONS sets the number of kills (default 20; `make e2e` runs 10, `make chaos`
+// the default). It is part of `make e2e`, not `make test`.
 package chaos
 
 import (
