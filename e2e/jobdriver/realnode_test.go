@@ -81,6 +81,7 @@ func TestJobDriverOnARealNode(t *testing.T) {
 	e := start(t, ctx)
 
 	t.Run("backup, loss, restore, corrupted artifact, deletion", e.lifecycle)
+	t.Run("compressed and encrypted: byte for byte, wrong key refused, key rotation", e.sealed)
 	t.Run("a namespace holding a Backup is deleted: it goes, the artifact is kept and said so", e.namespaceDeleted)
 	t.Run("conformance", func(t *testing.T) {
 		conformance.Run(t, conformance.Config{
@@ -313,11 +314,7 @@ func (e *env) lifecycle(t *testing.T) {
 	require.Equal(t, []string{"jobdriver.backups.cozystack.io/cleanup"}, b.Finalizers)
 
 	// Data lost, then restored byte for byte.
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, en := range entries {
-		require.NoError(t, os.RemoveAll(filepath.Join(dir, en.Name())))
-	}
+	wipe(t, dir)
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo", Namespace: ns},
 		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}}}
 	require.NoError(t, e.cl.Create(ctx, rj))

@@ -1,0 +1,248 @@
+//go:build e2e
+
+package jobdriver
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"filippo.io/age"
+	"github.com/klauspost/compress/zstd"
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+)
+
+// sealed backs up an application with compression and encryption on (a strategy naming a key
+// Secret), on real Jobs: the stored object is a format-2 artifact that holds none of the plain
+// data, opens with the standard tools' libraries (age, zstd, tar) given the private key, and is
+// smaller than its tar; it restores byte for byte. A restore given only another key fails before
+// writing, naming both keys; once the old key is back beside the new one (a rotation), the old
+// Backup restores again, and a new backup names the new key.
+func (e *env) sealed(t *testing.T) {
+	ctx := e.ctx
+	ns, err := e.n.Cluster.Namespace(ctx, "sealed")
+	require.NoError(t, err)
+	require.NoError(t, e.cl.Create(ctx, e.credentials(ns)))
+	oldKey, err := age.GenerateX25519Identity()
+	require.NoError(t, err)
+	newKey, err := age.GenerateX25519Identity()
+	require.NoError(t, err)
+	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shop-keys", Namespace: ns}, StringData: map[string]string{
+		"recipients": "# the shop's backup key\n" + oldKey.Recipient().String() + "\n",
+		"identities": oldKey.String() + "\n",
+	}}
+	require.NoError(t, e.cl.Create(ctx, keys))
+
+	strat := e.strategy("")
+	strat.Spec.Artifact = &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](3), Encryption: &jobapi.ArtifactEncryption{SecretName: keys.Name}}
+	require.NoError(t, e.cl.Create(ctx, strat))
+	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
+		Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
+		Parameters:  e.params(),
+	}}}}
+	require.NoError(t, e.cl.Create(ctx, class))
+	e.application(t, ns, "shop")
+	dir := e.dir(ns, "shop")
+	// Compressible data beside the random blob: JSON log lines, as applications write them.
+	var logs bytes.Buffer
+	for i := 0; logs.Len() < 2<<20; i++ {
+		fmt.Fprintf(&logs, `{"ts":"2031-03-01T07:%02d:%02dZ","level":"info","path":"/api/v1/orders/%d","status":200,"latency_ms":%d}`+"\n", i/60%60, i%60, i, i%250)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "orders", "access.log"), logs.Bytes(), 0o640))
+	require.NoError(t, os.Lchown(filepath.Join(dir, "orders", "access.log"), agentUID, agentUID))
+	original := tree(t, dir)
+
+	backup := func(name string) (*backupsv1.Backup, []byte) {
+		t.Helper()
+		bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: class.Name}}
+		require.NoError(t, e.cl.Create(ctx, bj))
+		e.wait(t, "the BackupJob", bj, bj.IsTerminal)
+		require.Equal(t, backupsv1.BackupJobSucceeded, bj.Status.Phase, bj.Status.Message)
+		b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: ns}}
+		e.wait(t, "the Backup", b, func() bool { return b.Status.Phase == backupsv1.BackupReady })
+		key := strings.TrimPrefix(b.Status.Artifact.URI, "s3://"+bucket+"/")
+		obj, err := e.s3.S3.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+		require.NoError(t, err)
+		stored, err := io.ReadAll(obj)
+		require.NoError(t, err)
+		sum := sha256.Sum256(stored)
+		require.Equal(t, "sha256:"+hex.EncodeToString(sum[:]), b.Status.Artifact.Checksum, "the checksum covers the stored (compressed, encrypted) bytes")
+		require.Equal(t, int64(len(stored)), b.Status.Artifact.SizeBytes)
+		return b, stored
+	}
+	restore := func(name string, b *backupsv1.Backup) *backupsv1.RestoreJob {
+		t.Helper()
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}}}
+		require.NoError(t, e.cl.Create(ctx, rj))
+		e.wait(t, "the RestoreJob "+name, rj, rj.IsTerminal)
+		return rj
+	}
+	setKeys := func(recipients, identities string) {
+		t.Helper()
+		require.NoError(t, e.cl.Get(ctx, client.ObjectKeyFromObject(keys), keys))
+		keys.Data = map[string][]byte{"recipients": []byte(recipients), "identities": []byte(identities)}
+		require.NoError(t, e.cl.Update(ctx, keys))
+	}
+
+	b, stored := backup("sealed-1")
+	keyRef := fingerprint(oldKey.Recipient().String())
+	h := parseHeader(t, stored)
+	assert.Equal(t, artifactHeader{version: 2, compression: 1, encryption: 1, keyRef: keyRef}, h.artifactHeader, "a format-2 header: zstd, age, the key's reference")
+	md := b.Spec.DriverMetadata
+	assert.Equal(t, "age", md[jobapi.MetadataPrefix+"encryption"])
+	assert.Equal(t, "zstd-3", md[jobapi.MetadataPrefix+"compression"])
+	assert.Equal(t, keyRef, md[jobapi.MetadataPrefix+"keyRef"], "the Backup names the key it needs")
+	for _, plain := range []string{"tea\ncoffee", `"path":"/api/v1/orders/`, "orders/2031/03.csv"} {
+		assert.NotContains(t, string(stored), plain, "the stored object holds no plain data")
+	}
+	blob, err := os.ReadFile(filepath.Join(dir, "media", "blob.bin"))
+	require.NoError(t, err)
+	assert.False(t, bytes.Contains(stored, blob[:64]), "the stored object holds no plain data")
+
+	// The standard libraries open it with the private key: age, then zstd, then tar.
+	listed := openArtifact(t, stored[h.payload:], oldKey)
+	tarBytes, err := strconv.ParseInt(md[jobapi.MetadataPrefix+"uncompressedBytes"], 10, 64)
+	require.NoError(t, err)
+	assert.Equal(t, tarBytes, listed.tarBytes, "the reported uncompressed size is the tar's")
+	assert.Less(t, int64(len(stored)), listed.tarBytes-(1<<20), "compression saved at least the compressible log's first MiB")
+	for p, want := range original {
+		if strings.HasPrefix(want, "file ") {
+			assert.Equal(t, want[strings.LastIndexByte(want, ' ')+1:], listed.files[p], "the artifact holds %s as it was", p)
+		}
+	}
+	t.Logf("sealed artifact: %d bytes stored for a %d-byte tar (ratio %s), key %s", len(stored), listed.tarBytes, md[jobapi.MetadataPrefix+"compressionRatio"], keyRef)
+
+	// Data lost, then restored byte for byte.
+	wipe(t, dir)
+	rj := restore("undo", b)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	require.Equal(t, original, tree(t, dir), "every file back, identical")
+
+	// Only another key: the restore fails before writing, naming both keys.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "catalog.txt"), []byte("edited after the backup\n"), 0o640))
+	before := tree(t, dir)
+	setKeys(newKey.Recipient().String()+"\n", newKey.String()+"\n")
+	rj = restore("with-another-key", b)
+	require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+	assert.Contains(t, rj.Status.Message, "wrong key", "the agent's reason reaches the RestoreJob")
+	assert.Contains(t, rj.Status.Message, keyRef, "it names the key the artifact needs")
+	assert.Contains(t, rj.Status.Message, fingerprint(newKey.Recipient().String()), "and the key it was given")
+	require.Equal(t, before, tree(t, dir), "nothing was written")
+
+	// Rotation: the old identity kept beside the new one restores the old Backup; new backups are
+	// encrypted to the new key only.
+	setKeys(newKey.Recipient().String()+"\n", newKey.String()+"\n"+oldKey.String()+"\n")
+	rj = restore("after-rotation", b)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	require.Equal(t, original, tree(t, dir), "the old Backup restores with the kept old key")
+	b2, stored2 := backup("sealed-2")
+	h2 := parseHeader(t, stored2)
+	assert.Equal(t, fingerprint(newKey.Recipient().String()), h2.keyRef, "a new backup names the new key")
+	assert.Equal(t, h2.keyRef, b2.Spec.DriverMetadata[jobapi.MetadataPrefix+"keyRef"])
+	_, err = age.Decrypt(bytes.NewReader(stored2[h2.payload:]), oldKey)
+	var noMatch *age.NoIdentityMatchError
+	assert.ErrorAs(t, err, &noMatch, "the old key does not open a backup made after the rotation")
+}
+
+type artifactHeader struct {
+	version, compression, encryption byte
+	keyRef                           string
+}
+
+type parsedHeader struct {
+	artifactHeader
+	payload int // offset of the payload
+}
+
+// parseHeader reads a format-2 header as docs/artifact-format.md lays it out.
+func parseHeader(t *testing.T, b []byte) parsedHeader {
+	t.Helper()
+	magic := []byte{0x89, 'C', 'O', 'F', 'F', 'E', 'R', 0x1a}
+	require.GreaterOrEqual(t, len(b), 12)
+	require.Equal(t, magic, b[:8], "the artifact starts with the format's magic")
+	n := int(b[11])
+	require.GreaterOrEqual(t, len(b), 12+n)
+	return parsedHeader{artifactHeader: artifactHeader{version: b[8], compression: b[9], encryption: b[10], keyRef: string(b[12 : 12+n])}, payload: 12 + n}
+}
+
+// fingerprint is a recipient's key reference: the first 16 hex digits of its SHA-256.
+func fingerprint(recipient string) string {
+	sum := sha256.Sum256([]byte(recipient))
+	return hex.EncodeToString(sum[:8])
+}
+
+type listing struct {
+	tarBytes int64
+	files    map[string]string // path → SHA-256 of regular files
+}
+
+// openArtifact decrypts, decompresses and reads a payload with the upstream libraries alone.
+func openArtifact(t *testing.T, payload []byte, id age.Identity) listing {
+	t.Helper()
+	plain, err := age.Decrypt(bytes.NewReader(payload), id)
+	require.NoError(t, err)
+	zr, err := zstd.NewReader(plain)
+	require.NoError(t, err)
+	defer zr.Close()
+	count := &countingReader{r: zr}
+	tr := tar.NewReader(count)
+	out := listing{files: map[string]string{}}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if hdr.Typeflag == tar.TypeReg {
+			h := sha256.New()
+			_, err := io.Copy(h, tr)
+			require.NoError(t, err)
+			out.files[filepath.Clean(hdr.Name)] = hex.EncodeToString(h.Sum(nil))
+		}
+	}
+	_, err = io.Copy(io.Discard, count) // the tar's end-of-archive padding
+	require.NoError(t, err)
+	out.tarBytes = count.n
+	return out
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// wipe empties a directory, keeping it.
+func wipe(t *testing.T, dir string) {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, en := range entries {
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, en.Name())))
+	}
+}
