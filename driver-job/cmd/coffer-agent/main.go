@@ -22,6 +22,10 @@
 // COFFER_AGE_IDENTITIES (keys come from the environment only, never flags); with
 // COFFER_ENCRYPTION_SECRET set, a backup without recipients is refused. The exit code is 0, 1 on
 // failure, 2 on a usage error.
+//
+// Unless GOMEMLIMIT is set, the Go runtime gets a soft memory limit of 80 MiB
+// (agent.DefaultMemoryLimit), which keeps the agent's peak RSS under 128 MiB whatever the size of
+// the tree.
 package main
 
 import (
@@ -34,6 +38,9 @@ import (
 )
 
 func main() {
+	// A soft memory limit unless GOMEMLIMIT sets one: it keeps the peak RSS of any backup or
+	// restore under 128 MiB (see agent.ApplyMemoryLimit).
+	agent.ApplyMemoryLimit(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := agent.Main(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()

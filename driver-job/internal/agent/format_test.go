@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
@@ -297,6 +298,50 @@ func TestRestoreVersion1(t *testing.T) {
 		t.Errorf("restore status %q, want format 1", r.termLog)
 	}
 	assertSameTree(t, want, snapshot(t, dir))
+}
+
+// TestRestoreZstdWindow restores a compressed artifact whose zstd window is the largest the
+// agent ever wrote (8 MiB, at level 22), and refuses one with a larger window, which would make
+// the decoder hold more memory.
+func TestRestoreZstdWindow(t *testing.T) {
+	bucket := newBucket(t)
+	dir := t.TempDir()
+	before := snapshot(t, dir)
+	data := strings.Repeat("0123456789abcdef", 64<<10) // 1 MiB
+	artifact := func(window int) []byte {
+		h, err := Header{Version: FormatVersion, Compression: CompressionZstd}.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		b.Write(h)
+		zw, err := zstd.NewWriter(&b, zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(MaxCompressionLevel)), zstd.WithWindowSize(window))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// More than a block, so that the encoder streams, and writes the window in the frame
+		// header (a stream within one block is one frame as large as its content).
+		if _, err := zw.Write(makeTar(t, entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "x", Mode: 0o600}, data: data})); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+
+	report := upload(t, bucket, "window-8m.tar", artifact(maxWindow))
+	if r := run(t, restoreEnv(t, jobv1.ModeRestore, bucket, dir, report)); r.code != 0 {
+		t.Fatalf("restore of an artifact with an 8 MiB window exited %d: %s", r.code, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "x")); err != nil || string(b) != data {
+		t.Fatalf("x reads %d bytes, %v; want the %d written", len(b), err, len(data))
+	}
+
+	dir = t.TempDir()
+	report = upload(t, bucket, "window-16m.tar", artifact(2*maxWindow))
+	refused(t, restoreEnv(t, jobv1.ModeRestore, bucket, dir, report), dir, before,
+		"zstd window is larger than the 8 MiB this agent decodes", "nothing was restored")
 }
 
 func TestRestoreRefusesNewerFormat(t *testing.T) {

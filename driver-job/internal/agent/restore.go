@@ -62,10 +62,7 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	}
 
 	a.logf("verifying %s (%d bytes)", uri, stat.Size)
-	obj, err := a.open(ctx, art, stat.ETag)
-	if err != nil {
-		return nil, err
-	}
+	obj := a.open(ctx, art, stat.ETag, stat.Size)
 	head := &prefix{max: maxPrefix}
 	_, err = io.CopyBuffer(head, obj, make([]byte, 1<<20))
 	obj.Close()
@@ -153,10 +150,7 @@ func (a *Agent) checkFormat(head []byte) (Header, error) {
 // first. Directories get their modes only once the checksum matched, so that a failed pass can be
 // removed.
 func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, status *RestoreStatus) error {
-	obj, err := a.open(ctx, art, etag)
-	if err != nil {
-		return err
-	}
+	obj := a.open(ctx, art, etag, status.SizeBytes)
 	defer obj.Close()
 	root, err := os.OpenRoot(data)
 	if err != nil {
@@ -175,7 +169,11 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 		}
 	}
 	if h.Compression == CompressionZstd {
-		zr, err := zstd.NewReader(plain, zstd.WithDecoderConcurrency(a.codecThreads()), zstd.WithDecoderMaxWindow(maxWindow))
+		// lowMem (the default, said for clarity) keeps the history at the window plus 64 KiB;
+		// WithDecoderMaxMemory bounds the window of single-segment frames too, whose window is
+		// their content size.
+		zr, err := zstd.NewReader(plain, zstd.WithDecoderConcurrency(a.codecThreads()), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderMaxMemory(maxWindow))
 		if err != nil {
 			return fmt.Errorf("decompressing: %w", err)
 		}
@@ -217,19 +215,26 @@ type payloadReader struct{ r io.Reader }
 
 func (p payloadReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	if err != nil && err != io.EOF {
+	switch {
+	case err == nil || err == io.EOF:
+	case errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded):
+		err = fmt.Errorf("the artifact's zstd window is larger than the %d MiB this agent decodes (coffer-agent never wrote larger ones): %w", maxWindow>>20, err)
+	default:
 		err = fmt.Errorf("the artifact is damaged or truncated: %w", err)
 	}
 	return n, err
 }
 
-// maxWindow bounds the zstd window a restore accepts (the agent's encoder uses 8 MiB at most).
-const maxWindow = 128 << 20
+// maxWindow bounds the zstd window a restore accepts, and so the decoder's memory (the window plus
+// 64 KiB). The agent writes 4 MiB windows, and wrote 8 MiB ones (4 MiB at level 1) before; the
+// reference zstd stays within 8 MiB up to level 19. A larger window (zstd --ultra or --long) is
+// refused.
+const maxWindow = 8 << 20
 
 // hashedObject reads an object and hashes what it read. It is deliberately only a Reader: were it
 // an io.Seeker, tar.Reader would seek over data it skips, and the hash would miss it.
 type hashedObject struct {
-	obj  *minio.Object
+	obj  io.ReadCloser
 	hash hash.Hash
 	n    int64
 }
@@ -245,19 +250,10 @@ func (o *hashedObject) Close() error { return o.obj.Close() }
 
 func (o *hashedObject) sum() string { return "sha256:" + hex.EncodeToString(o.hash.Sum(nil)) }
 
-// open reads the object if it still has the ETag the restore started with.
-func (a *Agent) open(ctx context.Context, art Artifact, etag string) (*hashedObject, error) {
-	opts := minio.GetObjectOptions{}
-	if etag != "" {
-		if err := opts.SetMatchETag(etag); err != nil {
-			return nil, err
-		}
-	}
-	obj, err := a.S3.GetObject(ctx, art.Bucket, art.Key, opts)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", ArtifactURI(art.Bucket, art.Key), err)
-	}
-	return &hashedObject{obj: obj, hash: sha256.New()}, nil
+// open reads the object, size bytes long, in parallel ranges (ranged.go), each on the condition
+// that the object still has the ETag the restore started with.
+func (a *Agent) open(ctx context.Context, art Artifact, etag string, size int64) *hashedObject {
+	return &hashedObject{obj: a.openRanged(ctx, art.Bucket, art.Key, etag, size), hash: sha256.New()}
 }
 
 // discard is io.Discard without its ReadFrom, so that io.CopyBuffer reads with the given buffer
