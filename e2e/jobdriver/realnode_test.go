@@ -193,6 +193,17 @@ func (e *env) strategy(name string) *jobapi.JobBackupStrategy {
 	return s
 }
 
+// class creates a BackupClass that backs up Shops with strat.
+func (e *env) class(t *testing.T, name string, strat *jobapi.JobBackupStrategy) *backupsv1.BackupClass {
+	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
+		Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
+		Parameters:  e.params(),
+	}}}}
+	require.NoError(t, e.cl.Create(e.ctx, class))
+	return class
+}
+
 func (e *env) dir(ns, app string) string { return filepath.Join(e.data, ns, app) }
 
 // appDir creates an application's volume directory, owned by the agent's user.
@@ -282,12 +293,7 @@ func (e *env) lifecycle(t *testing.T) {
 	require.NoError(t, e.cl.Create(ctx, e.credentials(ns)))
 	strat := e.strategy("files-tar")
 	require.NoError(t, e.cl.Create(ctx, strat))
-	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "files"}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
-		Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
-		Parameters:  e.params(),
-	}}}}
-	require.NoError(t, e.cl.Create(ctx, class))
+	class := e.class(t, "files", strat)
 	e.application(t, ns, "shop")
 	dir := e.dir(ns, "shop")
 	original := tree(t, dir)
@@ -390,12 +396,7 @@ func (e *env) namespaceDeleted(t *testing.T) {
 	require.NoError(t, e.cl.Create(ctx, e.credentials(ns)))
 	strat := e.strategy("")
 	require.NoError(t, e.cl.Create(ctx, strat))
-	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
-		Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
-		Parameters:  e.params(),
-	}}}}
-	require.NoError(t, e.cl.Create(ctx, class))
+	class := e.class(t, ns, strat)
 	e.application(t, ns, "shop")
 	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: "before-deletion", Namespace: ns},
 		Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: class.Name}}

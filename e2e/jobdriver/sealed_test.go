@@ -54,12 +54,7 @@ func (e *env) sealed(t *testing.T) {
 	strat := e.strategy("")
 	strat.Spec.Artifact = &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](3), Encryption: &jobapi.ArtifactEncryption{SecretName: keys.Name}}
 	require.NoError(t, e.cl.Create(ctx, strat))
-	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{{
-		Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
-		Parameters:  e.params(),
-	}}}}
-	require.NoError(t, e.cl.Create(ctx, class))
+	class := e.class(t, ns, strat)
 	e.application(t, ns, "shop")
 	dir := e.dir(ns, "shop")
 	// Compressible data beside the random blob: JSON log lines, as applications write them.

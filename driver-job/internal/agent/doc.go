@@ -13,7 +13,9 @@
 //     never overwritten. The ArtifactReport (uri, stored sizeBytes, checksum, and metadata: format,
 //     compression, uncompressed size, ratio, key reference) goes to the termination log and to
 //     stdout.
-//   - restore verifies the object's size and SHA-256 in a first pass that writes nothing, and
+//   - restore reads the object in parallel ranges (ranged.go: two 2 MiB ranges fetched ahead of
+//     the reader, each on the condition that the object's ETag is still the one it started with),
+//     verifies its size and SHA-256 in a first pass that writes nothing, and
 //     checks there that it knows the format and that its identities open an encrypted artifact;
 //     then it decrypts, decompresses and extracts it into a staging directory inside the target
 //     directory while hashing it again, and finally moves each top-level entry of the backup into

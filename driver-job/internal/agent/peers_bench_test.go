@@ -27,9 +27,10 @@ const EnvPeersBin = "COFFER_PEERS_BIN"
 
 // BenchmarkPeers backs up and restores the trees of BenchmarkBackupRestore with coffer-agent
 // (zstd level 3 and age), restic (its defaults: encrypted, compression auto) and kopia (its
-// defaults: encrypted, not compressed), each to its own bucket of the same MinIO, in the same
-// run, so that they share the machine's load. Peak RSS is each peer's own process's (rusage) and
-// the agent's VmHWM.
+// defaults: encrypted, not compressed), and a raw upload and download of the agent's plain tar
+// stream (rawUpload, rawDownload: the floor of what any tool could do), each to its own bucket of
+// the same MinIO, in the same run, so that they share the machine's load. Peak RSS is each peer's
+// own process's (rusage) and the agent's VmHWM.
 func BenchmarkPeers(b *testing.B) {
 	bin := os.Getenv(EnvPeersBin)
 	if bin == "" {
@@ -45,7 +46,7 @@ func BenchmarkPeers(b *testing.B) {
 	parent := b
 	for _, kind := range []string{"random", "json"} {
 		var tree string
-		for _, tool := range []string{"coffer-agent", "restic", "kopia"} {
+		for _, tool := range []string{"coffer-agent", "restic", "kopia", "raw"} {
 			b.Run(kind+"/"+tool, func(b *testing.B) {
 				if tree == "" {
 					tree = benchTree(parent, kind)
@@ -64,7 +65,7 @@ func BenchmarkPeers(b *testing.B) {
 				for i := range b.N {
 					b.StopTimer()
 					target := b.TempDir()
-					if tool != "coffer-agent" {
+					if tool == "restic" || tool == "kopia" {
 						p.init(b, i)
 					}
 					resetPeakRSS()
@@ -85,6 +86,17 @@ func BenchmarkPeers(b *testing.B) {
 						if rss, ok := peakRSS(); ok {
 							peakRSSBytes = max(peakRSSBytes, rss)
 						}
+					} else if tool == "raw" {
+						key := fmt.Sprintf("bench/%d.tar", i)
+						rawUpload(b, client, bucket, key, tree)
+						backupTime += time.Since(start)
+						start = time.Now()
+						rss := rawDownload(b, client, bucket, key, target)
+						restoreTime += time.Since(start)
+						if own, ok := peakRSS(); ok {
+							rss = max(rss, own)
+						}
+						peakRSSBytes = max(peakRSSBytes, rss)
 					} else {
 						peakRSSBytes = max(peakRSSBytes, p.backup(b, tree))
 						backupTime += time.Since(start)
@@ -108,6 +120,38 @@ func BenchmarkPeers(b *testing.B) {
 			})
 		}
 	}
+}
+
+// rawUpload is the floor of a backup's cost: the agent's tar stream of tree, uploaded as it is
+// written with the agent's upload settings (parts, threads), nothing compressed, encrypted or
+// hashed.
+func rawUpload(b *testing.B, c *minio.Client, bucket, key, tree string) {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTar(pw, tree, func(string, ...any) {})) }()
+	opts := (&Agent{}).putOptions()
+	opts.ContentType = "application/x-tar"
+	if _, err := c.PutObject(context.Background(), bucket, key, pr, -1, opts); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rawDownload is the floor of a restore's cost: the object read in one GET and extracted by tar
+// (GNU tar, a separate process whose peak RSS it returns), nothing verified first.
+func rawDownload(b *testing.B, c *minio.Client, bucket, key, target string) int64 {
+	obj, err := c.GetObject(context.Background(), bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer obj.Close()
+	cmd := exec.Command("tar", "-x", "-C", target)
+	cmd.Stdin = obj
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("tar -x: %v\n%s", err, out)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss << 10
+	}
+	return 0
 }
 
 // peer runs restic or kopia against a bucket of the shared MinIO.
