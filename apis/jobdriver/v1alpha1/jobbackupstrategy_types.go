@@ -55,7 +55,7 @@ type JobBackupStrategySpec struct {
 	// artifact says how the agent stores the artifact: compression and encryption. The driver
 	// passes it to the agent's containers as environment variables (COFFER_COMPRESSION_LEVEL,
 	// COFFER_ENCRYPTION_SECRET, and the keys by secretKeyRef); coffer-agent honours them, other
-	// agents may ignore them. Unset means coffer-agent's defaults: zstd level 3, no encryption.
+	// agents may ignore them. Unset means coffer-agent's defaults: zstd level 1, no encryption.
 	// +optional
 	Artifact *ArtifactOptions `json:"artifact,omitempty"`
 }
@@ -64,7 +64,8 @@ type JobBackupStrategySpec struct {
 type ArtifactOptions struct {
 	// compressionLevel is the zstd level of new backups, on zstd's scale: 1 (fastest) to 22
 	// (smallest); coffer-agent maps it onto its encoder's four speeds (1-2, 3-5, 6-9, 10-22).
-	// 0 stores the tar uncompressed. Unset means 3. Restores read any level.
+	// 0 stores the tar uncompressed. Unset means 1, zstd's fastest (earlier agents used 3). Restores
+	// read any level.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 22",message="compressionLevel must be 0 (no compression) to 22"
 	CompressionLevel *int32 `json:"compressionLevel,omitempty"`
