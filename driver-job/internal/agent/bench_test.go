@@ -71,6 +71,24 @@ func appendJSONLines(data []byte, rng *rand.Rand, size int) []byte {
 	return data[:end]
 }
 
+// benchKeys makes a new age key pair: the recipients and key reference a backup encrypts to, and
+// the identities its restore decrypts with.
+func benchKeys(b *testing.B) ([]age.Recipient, string, *Identities) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids, err := ParseIdentities(id.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	recipients, keyRef, err := ParseRecipients(id.Recipient().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return recipients, keyRef, ids
+}
+
 // peakRSS reads the process's peak resident set (VmHWM) in bytes; resetPeakRSS restarts it
 // (Linux: writing 5 to clear_refs). ok is false where either is unavailable.
 func peakRSS() (int64, bool) {
@@ -140,18 +158,7 @@ func heapSampler() (stop func() uint64) {
 func BenchmarkBackupRestore(b *testing.B) {
 	ApplyMemoryLimit(os.Getenv)
 	ctx := context.Background()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ids, err := ParseIdentities(id.String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	recipients, keyRef, err := ParseRecipients(id.Recipient().String())
-	if err != nil {
-		b.Fatal(err)
-	}
+	recipients, keyRef, ids := benchKeys(b)
 	parent := b
 	for _, kind := range []string{"random", "json"} {
 		var tree string
@@ -292,18 +299,7 @@ func BenchmarkPeakRSSBySize(b *testing.B) {
 		b.Skip("peak RSS cannot be measured here: /proc/self/clear_refs is not writable")
 	}
 	ctx := context.Background()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ids, err := ParseIdentities(id.String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	recipients, keyRef, err := ParseRecipients(id.Recipient().String())
-	if err != nil {
-		b.Fatal(err)
-	}
+	recipients, keyRef, ids := benchKeys(b)
 	for _, tc := range []struct {
 		kind, name string
 		size       int64

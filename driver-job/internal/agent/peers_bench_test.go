@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
 	"github.com/minio/minio-go/v7"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
@@ -37,12 +36,7 @@ func BenchmarkPeers(b *testing.B) {
 		b.Skipf("%s is not set: COFFER_PEERS_BIN=$(hack/testbin.sh --peers)", EnvPeersBin)
 	}
 	ctx := context.Background()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ids, _ := ParseIdentities(id.String())
-	recipients, keyRef, _ := ParseRecipients(id.Recipient().String())
+	recipients, keyRef, ids := benchKeys(b)
 	parent := b
 	for _, kind := range []string{"random", "json"} {
 		var tree string
