@@ -2,8 +2,11 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"sync"
 
@@ -22,8 +25,13 @@ const (
 
 // rangedObject reads an object of known size as consecutive ranges, each fetched by its own GET
 // (with the ETag the read started with as a precondition, so a changed object is an error, never a
-// mix of two) by up to threads goroutines ahead of the reader, and delivered in order. Memory is
-// threads+1 buffers of rangeSize.
+// mix of two) by up to threads goroutines ahead of the reader, and delivered in order. A goroutine
+// of its own hashes each range (SHA-256) as it arrives, beside the reader rather than in its way,
+// so that hashing runs in parallel with what the reader does with the bytes. Memory is threads+1
+// buffers of rangeSize.
+//
+// It is deliberately only a Reader and a WriterTo: were it an io.Seeker, tar.Reader would seek
+// over data it skips. The hash covers every range fetched, whatever the reader consumed.
 type rangedObject struct {
 	cancel context.CancelFunc
 	queue  chan *rangeFetch // in object order; closed after the last range
@@ -31,12 +39,17 @@ type rangedObject struct {
 	cur    *rangeFetch
 	off    int // read offset in cur.buf
 	err    error
+
+	hash     hash.Hash
+	hashed   int64         // bytes hashed; read only once hashDone is closed
+	hashDone chan struct{} // closed when the hasher has hashed the last range, or stopped
 }
 
 type rangeFetch struct {
-	buf  []byte
-	err  error
-	done chan struct{}
+	buf    []byte
+	err    error
+	done   chan struct{} // closed when buf holds the range or err is set
+	hashed chan struct{} // closed when the hasher is done with buf
 }
 
 // openRanged starts reading bucket/key, size bytes long, whose ETag is etag ("" for none), with
@@ -50,13 +63,17 @@ func (a *Agent) openRanged(ctx context.Context, bucket, key, etag string, size i
 		rangeSize = DefaultRangeSize
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &rangedObject{cancel: cancel, queue: make(chan *rangeFetch, threads), free: make(chan []byte, threads+1)}
+	r := &rangedObject{cancel: cancel, queue: make(chan *rangeFetch, threads), free: make(chan []byte, threads+1),
+		hash: sha256.New(), hashDone: make(chan struct{})}
 	for range threads + 1 {
 		r.free <- nil // allocated on first use, so a small object costs only its size
 	}
+	toHash := make(chan *rangeFetch, threads+1)
+	go r.hasher(toHash)
 	go func() {
 		defer close(r.queue)
-		for off := int64(0); off < size; off += int64(rangeSize) {
+		defer close(toHash)
+		for off := int64(0); off < size && ctx.Err() == nil; off += int64(rangeSize) {
 			n := min(int64(rangeSize), size-off)
 			var buf []byte
 			select {
@@ -67,10 +84,15 @@ func (a *Agent) openRanged(ctx context.Context, bucket, key, etag string, size i
 			if int64(cap(buf)) < n {
 				buf = rangeBuffer(n, rangeSize)
 			}
-			f := &rangeFetch{buf: buf[:n], done: make(chan struct{})}
+			f := &rangeFetch{buf: buf[:n], done: make(chan struct{}), hashed: make(chan struct{})}
+			toHash <- f // never blocks: at most threads+1 ranges exist at once
 			select {
 			case r.queue <- f:
 			case <-ctx.Done():
+				f.err = ctx.Err() // never fetched: the hasher stops at it
+				close(f.done)
+				<-f.hashed
+				putRangeBuffer(f.buf)
 				return
 			}
 			go func(off int64) {
@@ -107,9 +129,31 @@ func (a *Agent) fetchRange(ctx context.Context, bucket, key, etag string, off in
 	return nil
 }
 
-func (r *rangedObject) Read(p []byte) (int, error) {
+// hasher hashes each range in object order once it is fetched, and stops at the first that
+// failed: the reader stops there too.
+func (r *rangedObject) hasher(toHash <-chan *rangeFetch) {
+	defer close(r.hashDone)
+	failed := false
+	for f := range toHash {
+		if !failed {
+			<-f.done
+			if f.err == nil {
+				r.hash.Write(f.buf)
+				r.hashed += int64(len(f.buf))
+			} else {
+				failed = true
+			}
+		}
+		close(f.hashed)
+	}
+}
+
+// next makes the next range current, once the reader is done with the current one; it returns
+// false, with r.err set, at the end of the object or at an error.
+func (r *rangedObject) next() bool {
 	for r.err == nil && (r.cur == nil || r.off == len(r.cur.buf)) {
 		if r.cur != nil {
+			<-r.cur.hashed
 			r.free <- r.cur.buf
 			r.cur = nil
 		}
@@ -125,12 +169,41 @@ func (r *rangedObject) Read(p []byte) (int, error) {
 		}
 		r.cur, r.off = f, 0
 	}
-	if r.cur == nil || r.off == len(r.cur.buf) {
+	return r.cur != nil && r.off < len(r.cur.buf)
+}
+
+func (r *rangedObject) Read(p []byte) (int, error) {
+	if !r.next() {
 		return 0, r.err
 	}
 	n := copy(p, r.cur.buf[r.off:])
 	r.off += n
 	return n, nil
+}
+
+// WriteTo writes the rest of the object to w straight from the range buffers, without the copy
+// a Read makes.
+func (r *rangedObject) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for r.next() {
+		n, err := w.Write(r.cur.buf[r.off:])
+		r.off += n
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	if r.err == io.EOF {
+		return total, nil
+	}
+	return total, r.err
+}
+
+// sum is the SHA-256 of the ranges fetched and how many bytes they hold. Call it after the reader
+// reached the end of the object, or after Close.
+func (r *rangedObject) sum() (string, int64) {
+	<-r.hashDone
+	return "sha256:" + hex.EncodeToString(r.hash.Sum(nil)), r.hashed
 }
 
 // Close stops the fetches in flight and waits for them, so no goroutine outlives the read, and
@@ -139,11 +212,14 @@ func (r *rangedObject) Close() error {
 	r.cancel()
 	for f := range r.queue {
 		<-f.done
+		<-f.hashed
 		putRangeBuffer(f.buf)
 	}
 	if r.cur != nil {
+		<-r.cur.hashed
 		putRangeBuffer(r.cur.buf)
 	}
+	<-r.hashDone
 	for len(r.free) > 0 {
 		putRangeBuffer(<-r.free)
 	}

@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -12,7 +14,8 @@ import (
 
 // TestRangedRead reads objects from the real MinIO in parallel ranges: every size against a range
 // boundary (empty, smaller than a range, exactly some ranges, ranges and a tail) comes back byte
-// for byte, whatever the number of fetches ahead.
+// for byte, read in small steps or written out from the range buffers (WriteTo), whatever the
+// number of fetches ahead, and the hasher's SHA-256 and byte count are the object's.
 func TestRangedRead(t *testing.T) {
 	ctx := context.Background()
 	bucket := newBucket(t)
@@ -28,18 +31,31 @@ func TestRangedRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		want := fmt.Sprintf("sha256:%x", sha256.Sum256(data))
 		for _, threads := range []int{1, 2, 4} {
-			a := &Agent{S3: s3, DownloadThreads: threads, RangeSize: rangeSize}
-			r := a.openRanged(ctx, bucket, "object", info.ETag, int64(size))
-			got, err := io.ReadAll(r)
-			if cerr := r.Close(); cerr != nil {
-				t.Fatal(cerr)
-			}
-			if err != nil {
-				t.Fatalf("size %d, %d threads: %v", size, threads, err)
-			}
-			if !bytes.Equal(got, data) {
-				t.Fatalf("size %d, %d threads: read %d bytes that differ from the object's %d", size, threads, len(got), size)
+			for _, writeTo := range []bool{false, true} {
+				a := &Agent{S3: s3, DownloadThreads: threads, RangeSize: rangeSize}
+				r := a.openRanged(ctx, bucket, "object", info.ETag, int64(size))
+				var got bytes.Buffer
+				var err error
+				if writeTo {
+					_, err = r.WriteTo(&got)
+				} else {
+					_, err = io.CopyBuffer(struct{ io.Writer }{&got}, struct{ io.Reader }{r}, make([]byte, 1000))
+				}
+				sum, n := r.sum()
+				if cerr := r.Close(); cerr != nil {
+					t.Fatal(cerr)
+				}
+				if err != nil {
+					t.Fatalf("size %d, %d threads, WriteTo %v: %v", size, threads, writeTo, err)
+				}
+				if !bytes.Equal(got.Bytes(), data) {
+					t.Fatalf("size %d, %d threads, WriteTo %v: read %d bytes that differ from the object's %d", size, threads, writeTo, got.Len(), size)
+				}
+				if sum != want || n != int64(size) {
+					t.Fatalf("size %d, %d threads, WriteTo %v: hashed %d bytes to %s, want %d bytes, %s", size, threads, writeTo, n, sum, size, want)
+				}
 			}
 		}
 	}

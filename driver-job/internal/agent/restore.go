@@ -5,11 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -64,13 +61,13 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	a.logf("verifying %s (%d bytes)", uri, stat.Size)
 	obj := a.open(ctx, art, stat.ETag, stat.Size)
 	head := &prefix{max: maxPrefix}
-	_, err = io.CopyBuffer(head, obj, make([]byte, 1<<20))
+	_, err = obj.WriteTo(head)
 	obj.Close()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", uri, readError(err))
 	}
-	if sum := obj.sum(); sum != art.Checksum || obj.n != stat.Size {
-		return nil, fmt.Errorf("%s has checksum %s (%d bytes), expected %s; nothing was restored", uri, sum, obj.n, art.Checksum)
+	if sum, n := obj.sum(); sum != art.Checksum || n != stat.Size {
+		return nil, fmt.Errorf("%s has checksum %s (%d bytes), expected %s; nothing was restored", uri, sum, n, art.Checksum)
 	}
 	hdr, err := a.checkFormat(head.b)
 	if err != nil {
@@ -203,7 +200,7 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 	if _, err := io.CopyBuffer(discard, raw, x.buf); err != nil {
 		return fmt.Errorf("reading the archive: %w", readError(err))
 	}
-	if sum := obj.sum(); sum != art.Checksum {
+	if sum, _ := obj.sum(); sum != art.Checksum {
 		return fmt.Errorf("the object changed since it was verified: it now has checksum %s, expected %s", sum, art.Checksum)
 	}
 	return x.finish()
@@ -231,29 +228,10 @@ func (p payloadReader) Read(b []byte) (int, error) {
 // refused.
 const maxWindow = 8 << 20
 
-// hashedObject reads an object and hashes what it read. It is deliberately only a Reader: were it
-// an io.Seeker, tar.Reader would seek over data it skips, and the hash would miss it.
-type hashedObject struct {
-	obj  io.ReadCloser
-	hash hash.Hash
-	n    int64
-}
-
-func (o *hashedObject) Read(p []byte) (int, error) {
-	n, err := o.obj.Read(p)
-	o.hash.Write(p[:n])
-	o.n += int64(n)
-	return n, err
-}
-
-func (o *hashedObject) Close() error { return o.obj.Close() }
-
-func (o *hashedObject) sum() string { return "sha256:" + hex.EncodeToString(o.hash.Sum(nil)) }
-
 // open reads the object, size bytes long, in parallel ranges (ranged.go), each on the condition
-// that the object still has the ETag the restore started with.
-func (a *Agent) open(ctx context.Context, art Artifact, etag string, size int64) *hashedObject {
-	return &hashedObject{obj: a.openRanged(ctx, art.Bucket, art.Key, etag, size), hash: sha256.New()}
+// that the object still has the ETag the restore started with, and hashes it.
+func (a *Agent) open(ctx context.Context, art Artifact, etag string, size int64) *rangedObject {
+	return a.openRanged(ctx, art.Bucket, art.Key, etag, size)
 }
 
 // discard is io.Discard without its ReadFrom, so that io.CopyBuffer reads with the given buffer
