@@ -187,6 +187,16 @@ func (k *Kit[S]) completeBackup(ctx context.Context, s *backupScope, run *Backup
 }
 
 func (k *Kit[S]) createBackup(ctx context.Context, run *BackupRun[S], r *BackupResult) (*backupsv1.Backup, error) {
+	backup := k.newBackup(run, r)
+	if err := k.Client.Create(ctx, backup); err != nil {
+		return nil, fmt.Errorf("creating Backup %s: %w", backup.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created Backup", "backup", klog.KObj(backup))
+	return backup, nil
+}
+
+// newBackup is the Backup a run's result makes (contract rules BK-1, BK-2, BK-8).
+func (k *Kit[S]) newBackup(run *BackupRun[S], r *BackupResult) *backupsv1.Backup {
 	job := run.Job
 	takenAt := metav1.NewTime(run.Now)
 	if r.TakenAt != nil {
@@ -211,11 +221,7 @@ func (k *Kit[S]) createBackup(ctx context.Context, run *BackupRun[S], r *BackupR
 	if r.Finalize && k.Finalizer != "" {
 		backup.Finalizers = []string{k.Finalizer}
 	}
-	if err := k.Client.Create(ctx, backup); err != nil {
-		return nil, fmt.Errorf("creating Backup %s: %w", backup.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Created Backup", "backup", klog.KObj(backup))
-	return backup, nil
+	return backup
 }
 
 // waiting requeues an in-progress run, and fails it once its deadline has passed.

@@ -49,15 +49,23 @@ type Kit[S client.Object] struct {
 	Finalizer string
 	Driver    Driver[S]
 
-	Client   client.Client
-	Clock    clock.PassiveClock
-	Recorder events.EventRecorder
-	Metrics  *Metrics
+	Client client.Client
+	// APIReader reads what the kit reads once and never watches, uncached (the kube-system
+	// namespace: ClusterIdentity); SetupWithManager sets the manager's, else Client is used.
+	APIReader client.Reader
+	Clock     clock.PassiveClock
+	Recorder  events.EventRecorder
+	Metrics   *Metrics
 
 	// Further watches of each controller.
 	BackupJobWatches, RestoreJobWatches, BackupWatches []Watch
 	// Workers per controller (default DefaultWorkers).
 	Workers int
+	// ClusterName names this cluster in the records of its artifacts (contract rule BK-11),
+	// beside the UID that identifies it; optional.
+	ClusterName string
+
+	cluster clusterOnce
 }
 
 // Defaults fills what is unset and can be defaulted without a manager (the clock).
@@ -72,6 +80,9 @@ func (k *Kit[S]) Defaults() *Kit[S] {
 func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 	if k.Client == nil {
 		k.Client = mgr.GetClient()
+	}
+	if k.APIReader == nil {
+		k.APIReader = mgr.GetAPIReader()
 	}
 	k.Defaults()
 	if k.Recorder == nil {

@@ -525,3 +525,35 @@ func TestARunWhoseStrategyCannotBeReadStillEnds(t *testing.T) {
 	assert.Equal(t, driverkit.ReasonForbidden, meta.FindStatusCondition(job.Status.Conditions, backupsv1.ConditionReady).Reason)
 	assert.Contains(t, job.Status.Message, "RBAC: no rule")
 }
+
+// The record template (contract BK-11) a driver takes while its backup runs is the record of the
+// Backup the run then makes, but for the artifact (the backup process's to add) and the UID the
+// API server gives the Backup; the source cluster is the UID of kube-system and the kit's name.
+func TestTheRecordTemplateIsTheRecordOfTheBackupToBe(t *testing.T) {
+	f := newFixture(t)
+	f.kit.ClusterName = "cluster-a"
+	var template *backupsv1.ArtifactRecord
+	f.driver.backup = func(ctx context.Context, run *driverkit.BackupRun[S]) (driverkit.BackupOutcome, error) {
+		var err error
+		if template, err = f.kit.RecordTemplate(ctx, run, map[string]string{"object": "x"}); err != nil {
+			return driverkit.BackupOutcome{}, err
+		}
+		return stored(ctx, run)
+	}
+	job := f.backupJob(f.class)
+	job.Labels = map[string]string{backupsv1.LabelPlan: "nightly"}
+	require.NoError(t, cl.Update(f.ctx, job))
+	_, err := f.reconcileJob(job)
+	require.NoError(t, err)
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: job.Name}}
+	f.get(b)
+	ks := &corev1.Namespace{}
+	require.NoError(t, cl.Get(f.ctx, client.ObjectKey{Name: driverkit.ClusterIDNamespace}, ks))
+	want, err := backupsv1.NewArtifactRecord(b, backupsv1.SourceCluster{ID: string(ks.UID), Name: "cluster-a"})
+	require.NoError(t, err)
+	want.UID, want.Artifact = "", backupsv1.BackupArtifact{}
+	assert.Equal(t, want, template)
+	assert.Equal(t, "nightly", template.Labels[backupsv1.LabelPlan])
+}

@@ -524,9 +524,10 @@ func (ch *chaosState) checkBackups() {
 	}
 }
 
-// checkArtifacts: the bucket holds exactly the artifacts of the Backups that exist; every Backup
-// the subtest deleted, or retention pruned, took its artifact along (no ArtifactKept: the contract
-// keeps an artifact only when its namespace is being deleted or the strategy cannot clean up).
+// checkArtifacts: the bucket holds exactly the artifacts of the Backups that exist, each with its
+// record (BK-11); every Backup the subtest deleted, or retention pruned, took its artifact and its
+// record along (no ArtifactKept: the contract keeps an artifact only when its namespace is being
+// deleted or the strategy cannot clean up).
 func (ch *chaosState) checkArtifacts() {
 	t := ch.t
 	backups := &backupsv1.BackupList{}
@@ -541,19 +542,24 @@ func (ch *chaosState) checkArtifacts() {
 	for o := range ch.s3.S3.ListObjects(ch.ctx, bucket, minio.ListObjectsOptions{Prefix: ch.ns + "/", Recursive: true}) {
 		require.NoError(t, o.Err)
 		stored[o.Key] = true
-		if _, ok := want[o.Key]; !ok {
-			t.Errorf("the bucket holds %s, the artifact of no Backup (deleted or pruned, but left in storage)", o.Key)
+		artifact := strings.TrimSuffix(o.Key, jobapi.RecordSuffix)
+		if _, ok := want[artifact]; !ok {
+			t.Errorf("the bucket holds %s, of no Backup (deleted or pruned, but left in storage)", o.Key)
 		}
 	}
 	for key, b := range want {
 		if !stored[key] {
 			t.Errorf("the artifact %s of Backup %s is not in the bucket", key, b)
 		}
+		if !stored[key+jobapi.RecordSuffix] {
+			t.Errorf("the artifact %s of Backup %s has no record beside it", key, b)
+		}
 	}
 	for name, key := range ch.deleted {
 		err := ch.cl.Get(ch.ctx, client.ObjectKey{Namespace: ch.ns, Name: name}, &backupsv1.Backup{})
 		assert.True(t, apierrors.IsNotFound(err), "the deleted Backup %s is gone: %v", name, err)
 		assert.False(t, stored[key], "the artifact %s of the deleted Backup %s is gone", key, name)
+		assert.False(t, stored[key+jobapi.RecordSuffix], "the record of the deleted Backup %s is gone", name)
 	}
 	events := &eventsv1.EventList{}
 	require.NoError(t, ch.cl.List(ch.ctx, events, client.InNamespace(ch.ns)))

@@ -319,6 +319,22 @@ func (e *env) lifecycle(t *testing.T) {
 	require.Equal(t, int64(len(stored)), b.Status.Artifact.SizeBytes)
 	require.Equal(t, []string{"jobdriver.backups.cozystack.io/cleanup"}, b.Finalizers)
 
+	// Beside the artifact, its record (BK-11): this Backup, taken in this cluster.
+	robj, err := e.s3.S3.GetObject(ctx, bucket, key+jobapi.RecordSuffix, minio.GetObjectOptions{})
+	require.NoError(t, err)
+	rdata, err := io.ReadAll(robj)
+	require.NoError(t, err)
+	record, err := backupsv1.ParseArtifactRecord(rdata)
+	require.NoError(t, err, "%s", rdata)
+	ks := &corev1.Namespace{}
+	require.NoError(t, e.cl.Get(ctx, client.ObjectKey{Name: "kube-system"}, ks))
+	assert.Equal(t, string(ks.UID), record.SourceCluster.ID)
+	assert.Equal(t, *b.Status.Artifact, record.Artifact)
+	assert.Equal(t, b.Spec.ApplicationRef, record.Spec.ApplicationRef)
+	assert.Equal(t, b.Spec.StrategyRef, record.Spec.StrategyRef)
+	assert.Equal(t, b.Spec.DriverMetadata, record.Spec.DriverMetadata)
+	assert.Equal(t, []string{ns, b.Name}, []string{record.Namespace, record.Name})
+
 	// Data lost, then restored byte for byte.
 	wipe(t, dir)
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo", Namespace: ns},

@@ -282,12 +282,29 @@ func expected(doc grants, bindings []binding, s subject, ns string, res gr, verb
 }
 
 // matches tells whether a row grants res: the same group and resource, where `*` stands for any
-// group or resource but never for a non-resource URL (as in RBAC).
+// group or resource but never for a non-resource URL (as in RBAC). A row without resourceNames
+// grants the resource's every name; a row with them grants those names only.
 func matches(k key, res gr) bool {
 	if (k.group == NonResourceURLs) != (res.group == NonResourceURLs) {
 		return false
 	}
-	return (k.group == res.group || k.group == "*") && (k.resource == res.resource || k.resource == "*")
+	if k.group != res.group && k.group != "*" {
+		return false
+	}
+	if k.resource == "*" || k.resource == res.resource {
+		return true
+	}
+	resource, names := SplitNames(res.resource)
+	granted, grantedNames := SplitNames(k.resource)
+	if granted != resource || len(names) == 0 {
+		return false
+	}
+	for _, n := range names {
+		if len(grantedNames) > 0 && !slices.Contains(grantedNames, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // allowed asks the API server whether s may verb res in ns (a non-resource URL is not namespaced:

@@ -51,7 +51,16 @@ const (
 	// EnvAgeIdentities holds the age identities (private keys) a restore decrypts with, from the
 	// Secret's key SecretKeyIdentities (restore only; set with secretKeyRef, never a value).
 	EnvAgeIdentities = "COFFER_AGE_IDENTITIES"
+	// EnvRecord holds the record (backups/v1alpha1 ArtifactRecord, JSON) of the Backup a backup
+	// Job makes, without its artifact (backup only). A backup process completes it with the
+	// artifact it reports and stores it next to the artifact, at the artifact's key plus
+	// RecordSuffix, before it reports (contract rule BK-11); a cleanup deletes it after the
+	// artifact.
+	EnvRecord = "COFFER_RECORD"
 )
+
+// RecordSuffix follows an artifact's key in the key of its record.
+const RecordSuffix = ".record.json"
 
 // Keys of an encryption Secret (JobBackupStrategy spec.artifact.encryption.secretName).
 const (

@@ -31,6 +31,7 @@ type options struct {
 	leaderElect, metricsSecure       bool
 	checkPeriod                      time.Duration
 	maxCheckJobs                     int
+	clusterName                      string
 	zap                              zap.Options
 }
 
@@ -45,6 +46,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.checkPeriod, "artifact-check-period", driver.DefaultCheckPeriod,
 		"How often a check Job (the strategy's cleanupTemplate in check mode) looks whether a Ready Backup's artifact still exists; 0 disables the checks.")
 	fs.IntVar(&o.maxCheckJobs, "max-artifact-check-jobs", driver.DefaultMaxCheckJobs, "How many check Jobs may run at once, in the whole cluster.")
+	fs.StringVar(&o.clusterName, "cluster-name", "",
+		"A name for this cluster in the record stored next to each artifact (beside the UID of its kube-system namespace, which identifies it); optional.")
 	o.zap.BindFlags(fs)
 }
 
@@ -75,7 +78,7 @@ func run(ctx context.Context, o options) error {
 	if o.maxCheckJobs < 1 {
 		return fmt.Errorf("--max-artifact-check-jobs must be at least 1, not %d", o.maxCheckJobs)
 	}
-	if err := driver.Setup(mgr, clock.RealClock{}, o.checkPeriod, o.maxCheckJobs); err != nil {
+	if err := driver.Setup(mgr, clock.RealClock{}, o.checkPeriod, o.maxCheckJobs, o.clusterName); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
@@ -91,6 +92,9 @@ type Agent struct {
 	KeyRef     string
 	// Identities decrypt encrypted artifacts on restore.
 	Identities *Identities
+	// Record, when set, is the record template of a backup (COFFER_RECORD): the backup stores it,
+	// completed with its artifact, next to the artifact.
+	Record *backupsv1.ArtifactRecord
 
 	// afterVerify, when set, runs between the two passes of a restore; tests change the object
 	// there.
@@ -171,7 +175,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a := &Agent{S3: s3, Log: stderr, CompressionLevel: cfg.CompressionLevel, Recipients: cfg.Recipients, KeyRef: cfg.KeyRef, Identities: cfg.Identities}
+	a := &Agent{S3: s3, Log: stderr, CompressionLevel: cfg.CompressionLevel, Recipients: cfg.Recipients, KeyRef: cfg.KeyRef, Identities: cfg.Identities, Record: cfg.Record}
 	if cfg.Application != "" {
 		a.logf("%s of %s for %s %s/%s", cfg.Mode, cfg.Application, cfg.RunKind, cfg.RunNamespace, cfg.RunName)
 	}

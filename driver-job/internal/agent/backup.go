@@ -115,7 +115,20 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 	if hdr.KeyRef != "" {
 		report.Metadata[MetaKeyRef] = hdr.KeyRef
 	}
-	return report, report.Validate()
+	if err := report.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Record != nil {
+		if err := a.writeRecord(ctx, bucket, key, report, start); err != nil {
+			// An artifact without its record could not be found again from storage alone: the
+			// backup fails, and takes its artifact back rather than leave it to nobody.
+			if rerr := a.S3.RemoveObject(ctx, bucket, key, minio.RemoveObjectOptions{}); rerr != nil {
+				return nil, fmt.Errorf("%w; deleting the artifact it describes failed too (%v): delete %s by hand", err, rerr, uri)
+			}
+			return nil, fmt.Errorf("%w; the artifact was deleted", err)
+		}
+	}
+	return report, nil
 }
 
 // Keys of a backup report's metadata (the Backup's driverMetadata, prefixed with "artifact.").

@@ -12,6 +12,7 @@ import (
 
 	"filippo.io/age"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
@@ -73,6 +74,8 @@ type Config struct {
 	Recipients []age.Recipient
 	KeyRef     string
 	Identities *Identities
+	// Record is the record template of a backup (COFFER_RECORD), if the driver gave one.
+	Record *backupsv1.ArtifactRecord
 }
 
 // UsageError is a configuration error; the agent exits with code 2 on it.
@@ -183,6 +186,11 @@ func ParseConfig(args []string, getenv func(string) string) (*Config, error) {
 	c.CompressionLevel = n
 	if err := c.keys(getenv); err != nil {
 		return c, err
+	}
+	if text := getenv(jobv1.EnvRecord); text != "" && c.Mode == jobv1.ModeBackup {
+		if c.Record, err = ParseRecordTemplate(text); err != nil {
+			return c, &UsageError{Err: err}
+		}
 	}
 	return c, c.validate()
 }

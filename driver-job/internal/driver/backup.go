@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -56,6 +57,17 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 		return nil, err
 	}
 	env := append(jobs.Env(jobapi.ModeBackup, jr, run.Job.Spec.ApplicationRef, run.Resolved.Parameters), jobs.FormatEnv(run.Strategy, jobapi.ModeBackup)...)
+	// The record the agent stores next to the artifact (contract rule BK-11): the Backup this run
+	// will make, but for the artifact, which the agent adds.
+	record, err := d.kit.RecordTemplate(ctx, run, backupMetadata(run, jr.Name()))
+	if err != nil {
+		return nil, err
+	}
+	text, err := json.Marshal(record)
+	if err != nil {
+		return nil, err
+	}
+	env = append(env, corev1.EnvVar{Name: jobapi.EnvRecord, Value: string(text)})
 	j, err := jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, run.Strategy, pod, env)
 	if err != nil {
 		return nil, err
@@ -69,7 +81,7 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 // may be gone by now) and describes the Backup.
 func (d *Driver) result(run *driverkit.BackupRun[Strategy], j *batchv1.Job, out jobs.Outcome) (*driverkit.BackupResult, error) {
 	var artifact backupsv1.BackupArtifact
-	meta := map[string]string{names.MetaJobName: j.Name}
+	meta := backupMetadata(run, j.Name)
 	if run.Backup != nil && run.Backup.Status.Artifact != nil {
 		artifact = *run.Backup.Status.Artifact
 		for k, v := range run.Backup.Spec.DriverMetadata {
@@ -93,9 +105,6 @@ func (d *Driver) result(run *driverkit.BackupRun[Strategy], j *batchv1.Job, out 
 			meta[jobapi.MetadataPrefix+k] = v
 		}
 	}
-	for k, v := range run.Resolved.Parameters {
-		meta[names.MetaParamPrefix+k] = v
-	}
 	return &driverkit.BackupResult{
 		Artifact:       artifact,
 		TakenAt:        j.Status.StartTime,
@@ -103,4 +112,15 @@ func (d *Driver) result(run *driverkit.BackupRun[Strategy], j *batchv1.Job, out 
 		Finalize:       run.Strategy.Spec.CleanupTemplate != nil,
 		Location:       fmt.Sprintf("Job %s reported %s", j.Name, artifact.URI),
 	}, nil
+}
+
+// backupMetadata is the driverMetadata of a run's Backup that the driver knows before the Job
+// runs: the Job's name and the class parameters (storage, contract rule RJ-3). The agent's
+// description of its artifact joins it, prefixed with jobapi.MetadataPrefix.
+func backupMetadata(run *driverkit.BackupRun[Strategy], jobName string) map[string]string {
+	meta := map[string]string{names.MetaJobName: jobName}
+	for k, v := range run.Resolved.Parameters {
+		meta[names.MetaParamPrefix+k] = v
+	}
+	return meta
 }

@@ -26,6 +26,7 @@ package driver
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch
 
 import (
@@ -78,6 +79,7 @@ type Driver struct {
 	Clock clock.PassiveClock
 
 	warned sync.Map // what was said once (uncheckable strategies)
+	kit    *Kit     // the kit running this driver (New sets it): records of artifacts
 }
 
 var _ driverkit.Driver[Strategy] = (*Driver)(nil)
@@ -108,7 +110,7 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 	if d.Clock == nil {
 		d.Clock = clk
 	}
-	return &Kit{
+	d.kit = &Kit{
 		Name:              names.DriverName,
 		Strategy:          driverkit.StrategyKind{Group: jobapi.Group, Kind: jobapi.Kind},
 		NewStrategy:       func() Strategy { return &jobapi.JobBackupStrategy{} },
@@ -122,14 +124,17 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 		RestoreJobWatches: []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindRestoreJob))}},
 		BackupWatches:     []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackup, names.KindBackupCheck))}},
 	}
+	return d.kit
 }
 
 // Setup registers the driver with a manager: the kit's controllers, and the artifact checks
 // (every checkPeriod, at most maxCheckJobs at once; a zero period disables them).
-func Setup(mgr ctrl.Manager, clk clock.PassiveClock, checkPeriod time.Duration, maxCheckJobs int) error {
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock, checkPeriod time.Duration, maxCheckJobs int, clusterName string) error {
 	d := &Driver{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder(names.DriverName),
 		CheckPeriod: checkPeriod, MaxCheckJobs: maxCheckJobs}
-	if err := New(d, clk).SetupWithManager(mgr); err != nil {
+	k := New(d, clk)
+	k.ClusterName = clusterName
+	if err := k.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if checkPeriod <= 0 {

@@ -28,6 +28,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-job/internal/agent"
 	"github.com/coffer-backup/coffer/driver-job/internal/driver"
 	"github.com/coffer-backup/coffer/driver-job/internal/jobs"
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
@@ -277,6 +278,23 @@ func TestBackupJobSucceedsFromTheAgentReport(t *testing.T) {
 	require.Equal(t, "coffer", b.Spec.DriverMetadata["param.bucket"])
 	require.Equal(t, string(bj.UID), b.Labels[backupsv1.LabelBackupJobUID])
 	require.False(t, b.Spec.TakenAt.IsZero())
+
+	// The record template the agent completes and stores next to the artifact (BK-11) describes
+	// this very Backup, taken in this cluster (the UID of kube-system).
+	record, err := agent.ParseRecordTemplate(e[jobapi.EnvRecord])
+	require.NoError(t, err)
+	ks := &corev1.Namespace{}
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: "kube-system"}, ks))
+	require.Equal(t, string(ks.UID), record.SourceCluster.ID)
+	require.Equal(t, b.Namespace, record.Namespace)
+	require.Equal(t, b.Name, record.Name)
+	require.Equal(t, b.Spec.ApplicationRef, record.Spec.ApplicationRef)
+	require.Equal(t, b.Spec.StrategyRef, record.Spec.StrategyRef)
+	require.Equal(t, b.Labels[backupsv1.LabelApplicationName], record.Labels[backupsv1.LabelApplicationName])
+	for k, v := range record.Spec.DriverMetadata {
+		require.Equal(t, v, b.Spec.DriverMetadata[k], "driverMetadata %s", k)
+	}
+	require.Empty(t, record.Artifact, "the artifact is the agent's to fill in")
 
 	// The next reconcile, of the now terminal run, hands the Job to its TTL.
 	reconcileOnce(t, r, bj)
