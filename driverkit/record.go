@@ -31,8 +31,8 @@ type clusterOnce struct {
 	id *backupsv1.SourceCluster
 }
 
-// sourceCluster is this cluster's identity, read once (ClusterIdentity with k.ClusterName).
-func (k *Kit[S]) sourceCluster(ctx context.Context) (backupsv1.SourceCluster, error) {
+// SourceCluster is this cluster's identity, read once (ClusterIdentity with k.ClusterName).
+func (k *Kit[S]) SourceCluster(ctx context.Context) (backupsv1.SourceCluster, error) {
 	k.cluster.mu.Lock()
 	defer k.cluster.mu.Unlock()
 	if k.cluster.id != nil {
@@ -56,7 +56,7 @@ func (k *Kit[S]) sourceCluster(ctx context.Context) (backupsv1.SourceCluster, er
 // driver will report it (the process may add its own). The Backup made later from the result has
 // the same namespace, name, labels and spec.
 func (k *Kit[S]) RecordTemplate(ctx context.Context, run *BackupRun[S], driverMetadata map[string]string) (*backupsv1.ArtifactRecord, error) {
-	cluster, err := k.sourceCluster(ctx)
+	cluster, err := k.SourceCluster(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,21 @@ const (
 
 	// LabelManagedBy is the well-known label naming the component that manages an object.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
+
+	// LabelImported ("true") marks a Backup a catalog sync made from the record of an artifact
+	// another cluster took (contract BK-12); LabelCatalog names the catalog (a strategy of the
+	// importing driver) that made it. AnnotationSourceCluster, AnnotationSourceClusterName and
+	// AnnotationSourceUID say where the Backup was taken, AnnotationRecord where its record is.
+	LabelImported               = Group + "/imported"
+	LabelCatalog                = Group + "/catalog"
+	AnnotationSourceCluster     = Group + "/source-cluster"
+	AnnotationSourceClusterName = Group + "/source-cluster-name"
+	AnnotationSourceUID         = Group + "/source-uid"
+	AnnotationRecord            = Group + "/record"
+	// AnnotationAdopted ("true"), set by an admin on an imported Backup, makes it this cluster's:
+	// retention may prune it, and deleting it deletes its artifact. Without it, an imported
+	// Backup is read-only towards the source's data.
+	AnnotationAdopted = Group + "/adopted"
 )
 
 // PlanLabelValue is the LabelPlan value for a Plan: its name, bounded to a valid label value.

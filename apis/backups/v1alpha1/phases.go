@@ -78,3 +78,13 @@ func conditionTrue(conds []metav1.Condition, t string) bool {
 	}
 	return false
 }
+
+// Imported tells whether a catalog sync made the Backup from another cluster's record.
+func (b *Backup) Imported() bool { return b.Labels[LabelImported] == "true" }
+
+// Adopted tells whether an admin made an imported Backup this cluster's (AnnotationAdopted).
+func (b *Backup) Adopted() bool { return b.Annotations[AnnotationAdopted] == "true" }
+
+// ReadOnly tells whether the Backup belongs to another cluster: imported and not adopted. Retention
+// never prunes it and its driver never deletes its artifact.
+func (b *Backup) ReadOnly() bool { return b.Imported() && !b.Adopted() }

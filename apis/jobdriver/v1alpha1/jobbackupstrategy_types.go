@@ -58,7 +58,117 @@ type JobBackupStrategySpec struct {
 	// agents may ignore them. Unset means coffer-agent's defaults: zstd level 1, no encryption.
 	// +optional
 	Artifact *ArtifactOptions `json:"artifact,omitempty"`
+
+	// catalog, when set, makes this cluster import the Backups another cluster stored in a bucket:
+	// the driver lists the records beside the artifacts (contract BK-11) and keeps one Backup per
+	// record of another cluster, naming this strategy (contract BK-12; docs/disaster-recovery.md).
+	// Opt-in; unset imports nothing.
+	// +optional
+	Catalog *CatalogSource `json:"catalog,omitempty"`
 }
+
+// CatalogSource is the storage a catalog sync reads records from, with the driver's own
+// credentials: the driver reads the bucket itself, read-only.
+type CatalogSource struct {
+	// endpoint is the S3 endpoint: http://host:port, https://host[:port], or host[:port] (HTTPS).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Endpoint string `json:"endpoint"`
+
+	// bucket holds the artifacts and their records.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	Bucket string `json:"bucket"`
+
+	// prefix limits the sync to keys that start with it (e.g. "tenant-a/"); empty reads the whole
+	// bucket.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Prefix string `json:"prefix,omitempty"`
+
+	// region is the bucket's region; empty lets the client ask the server.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Region string `json:"region,omitempty"`
+
+	// credentialsSecretName is a Secret in the driver's own namespace with the keys
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Read-only credentials are enough, and best.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="size(self) > 0 && size(self) <= 253",message="credentialsSecretName must be 1-253 characters"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="credentialsSecretName must be a DNS subdomain name"
+	CredentialsSecretName string `json:"credentialsSecretName"`
+
+	// namespaceMapping maps a record's namespace (in the source cluster) to the namespace its
+	// Backup is imported into here; a namespace it does not name keeps its name. A namespace that
+	// does not exist here is skipped (the sync never creates namespaces) and reported.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=256
+	NamespaceMapping map[string]NamespaceName `json:"namespaceMapping,omitempty"`
+
+	// intervalSeconds is the time between two syncs. Unset means 300.
+	// +optional
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=86400
+	IntervalSeconds *int32 `json:"intervalSeconds,omitempty"`
+}
+
+// NamespaceName is the name of a namespace.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+type NamespaceName string
+
+// DefaultCatalogInterval is the time between two catalog syncs when intervalSeconds is unset.
+const DefaultCatalogInterval = 300
+
+// JobBackupStrategyStatus is what the driver observed of a strategy.
+type JobBackupStrategyStatus struct {
+	// catalog is the outcome of the last catalog sync, when spec.catalog is set.
+	// +optional
+	Catalog *CatalogStatus `json:"catalog,omitempty"`
+
+	// conditions: CatalogSynced (True after a sync that read every record; False with the reason
+	// a sync failed or was incomplete).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// CatalogStatus counts what the last catalog sync found.
+type CatalogStatus struct {
+	// lastSyncTime is when the last sync ended.
+	// +optional
+	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+	// records is how many records the bucket holds under the prefix.
+	Records int32 `json:"records"`
+	// imported is how many Backups of this catalog exist (made by this or an earlier sync).
+	Imported int32 `json:"imported"`
+	// created and removed are the Backups the last sync created, and removed because their
+	// record (and so their artifact) is gone from the bucket.
+	Created int32 `json:"created"`
+	Removed int32 `json:"removed"`
+	// own is how many records this cluster wrote itself (never imported).
+	Own int32 `json:"own"`
+	// skipped is how many records were not imported (invalid, a Backup of the same name that is
+	// not their import, a missing namespace); the CatalogSynced message and Warning events say
+	// which and why.
+	Skipped int32 `json:"skipped"`
+}
+
+// Condition type and reasons of a strategy's catalog.
+const (
+	ConditionCatalogSynced = "CatalogSynced"
+	// ReasonCatalogSynced: every record was read; skipped ones are counted and named in events.
+	ReasonCatalogSynced = "Synced"
+	// ReasonCatalogUnreadable: the bucket or a record could not be read (credentials, endpoint,
+	// network); nothing was removed.
+	ReasonCatalogUnreadable = "StorageUnreadable"
+	// ReasonCatalogCredentials: the credentials Secret is missing or lacks a key.
+	ReasonCatalogCredentials = "CredentialsInvalid"
+)
 
 // ArtifactOptions is how the agent stores artifacts.
 type ArtifactOptions struct {
@@ -94,6 +204,9 @@ type ArtifactEncryption struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=jbs,categories=coffer
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Catalog",type=string,JSONPath=`.status.conditions[?(@.type=="CatalogSynced")].status`
+// +kubebuilder:printcolumn:name="Imported",type=integer,JSONPath=`.status.catalog.imported`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type JobBackupStrategy struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -101,6 +214,8 @@ type JobBackupStrategy struct {
 
 	// +required
 	Spec JobBackupStrategySpec `json:"spec"`
+	// +optional
+	Status JobBackupStrategyStatus `json:"status,omitempty"`
 }
 
 // JobBackupStrategyList is a list of JobBackupStrategies.

@@ -283,3 +283,34 @@ func TestRetentionTrustsVerification(t *testing.T) {
 	assert.Equal(t, proven.Spec.TakenAt.Unix(), h.plan.Status.LastRestorableBackup.TakenAt.Unix())
 	assert.Contains(t, h.drainEvents(), "Normal BackupPruned Pruned Backup b-bad: a verification found it bad")
 }
+
+// TestRetentionNeverPrunesImportedBackups: a Backup imported from another cluster's record
+// (contract BK-12) is read-only here: retention neither prunes it nor counts it, however old;
+// once an admin adopts it, it is this cluster's and retention treats it like any other.
+func TestRetentionNeverPrunesImportedBackups(t *testing.T) {
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.Retention = &backupsv1.RetentionPolicy{KeepLast: ptr(int32(1))}
+	})
+	base := h.plan.CreationTimestamp.Time
+	imported := func(name string, takenAt time.Time, adopted bool) {
+		b := newBackup(h, name, takenAt, backupsv1.BackupReady)
+		b.Labels = map[string]string{backupsv1.LabelImported: "true"}
+		if adopted {
+			b.Annotations = map[string]string{backupsv1.AnnotationAdopted: "true"}
+		}
+		require.NoError(t, env.Client.Update(h.ctx, b))
+	}
+	imported("from-a-1", base.Add(-72*time.Hour), false)
+	imported("from-a-2", base.Add(-71*time.Hour), true)
+	newBackup(h, "here-1", base.Add(-2*time.Hour), backupsv1.BackupReady)
+	newBackup(h, "here-2", base.Add(-time.Hour), backupsv1.BackupReady)
+	h.reconcile()
+
+	list := &backupsv1.BackupList{}
+	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
+	var left []string
+	for _, b := range list.Items {
+		left = append(left, b.Name)
+	}
+	assert.ElementsMatch(t, []string{"from-a-1", "here-2"}, left, "the imported Backup stays; the adopted one is pruned like here-1")
+}

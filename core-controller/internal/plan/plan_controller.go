@@ -280,6 +280,9 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 		if !b.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if b.ReadOnly() {
+			continue // another cluster's Backup, imported from its record: never pruned here (BK-12)
+		}
 		byName[b.Name] = b
 		items = append(items, RetentionItem(b))
 		if newest == nil || b.Spec.TakenAt.After(newest.Spec.TakenAt.Time) {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -31,7 +32,7 @@ type options struct {
 	leaderElect, metricsSecure       bool
 	checkPeriod                      time.Duration
 	maxCheckJobs                     int
-	clusterName                      string
+	clusterName, namespace           string
 	zap                              zap.Options
 }
 
@@ -48,6 +49,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxCheckJobs, "max-artifact-check-jobs", driver.DefaultMaxCheckJobs, "How many check Jobs may run at once, in the whole cluster.")
 	fs.StringVar(&o.clusterName, "cluster-name", "",
 		"A name for this cluster in the record stored next to each artifact (beside the UID of its kube-system namespace, which identifies it); optional.")
+	fs.StringVar(&o.namespace, "namespace", podNamespace(),
+		"The driver's namespace, where the credentials Secrets of catalogs (JobBackupStrategy spec.catalog) are read; by default the pod's.")
 	o.zap.BindFlags(fs)
 }
 
@@ -78,7 +81,7 @@ func run(ctx context.Context, o options) error {
 	if o.maxCheckJobs < 1 {
 		return fmt.Errorf("--max-artifact-check-jobs must be at least 1, not %d", o.maxCheckJobs)
 	}
-	if err := driver.Setup(mgr, clock.RealClock{}, o.checkPeriod, o.maxCheckJobs, o.clusterName); err != nil {
+	if err := driver.Setup(mgr, clock.RealClock{}, o.checkPeriod, o.maxCheckJobs, o.clusterName, o.namespace); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -112,4 +115,14 @@ func metricsOptions(addr string, secure bool, certDir string) metricsserver.Opti
 		o.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return o
+}
+
+// podNamespace is the namespace of the pod the driver runs in (its ServiceAccount's), or
+// coffer-system outside a pod.
+func podNamespace() string {
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil || len(b) == 0 {
+		return "coffer-system"
+	}
+	return strings.TrimSpace(string(b))
 }

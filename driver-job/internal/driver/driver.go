@@ -27,6 +27,9 @@ package driver
 // +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
+// +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies/status,verbs=patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get,namespace=coffer-system
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch
 
 import (
@@ -129,12 +132,16 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 
 // Setup registers the driver with a manager: the kit's controllers, and the artifact checks
 // (every checkPeriod, at most maxCheckJobs at once; a zero period disables them).
-func Setup(mgr ctrl.Manager, clk clock.PassiveClock, checkPeriod time.Duration, maxCheckJobs int, clusterName string) error {
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock, checkPeriod time.Duration, maxCheckJobs int, clusterName, namespace string) error {
 	d := &Driver{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder(names.DriverName),
 		CheckPeriod: checkPeriod, MaxCheckJobs: maxCheckJobs}
 	k := New(d, clk)
 	k.ClusterName = clusterName
 	if err := k.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	cat := &Catalog{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Recorder: d.Recorder, Clock: clk, Namespace: namespace, Kit: k}
+	if err := cat.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if checkPeriod <= 0 {

@@ -56,6 +56,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer stopMinIO()
 	return m.Run()
 }
 

@@ -1,0 +1,249 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-job/internal/agent"
+	"github.com/coffer-backup/coffer/driver-job/internal/names"
+	"github.com/coffer-backup/coffer/driverkit"
+)
+
+// Catalog keeps the catalogs of JobBackupStrategies with spec.catalog (contract BK-12): every
+// interval it lists the bucket, reads the records it has not read yet (by ETag), and hands them to
+// driverkit's Catalog, which imports the Backups of other clusters.
+type Catalog struct {
+	Client client.Client
+	// Live reads the credentials Secret uncached: the driver watches no Secret.
+	Live     client.Reader
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	// Namespace is the driver's own, where credentials Secrets are read.
+	Namespace string
+	// Kit gives this cluster's identity (records of this cluster are never imported).
+	Kit *Kit
+	// ReadThreads is how many records are read at once (default 8).
+	ReadThreads int
+
+	mu    sync.Mutex
+	known map[string]map[string]knownRecord // strategy → record key → what it held at its ETag
+}
+
+type knownRecord struct {
+	etag   string
+	record *backupsv1.ArtifactRecord
+	err    error
+}
+
+// SetupWithManager registers the catalog controller.
+func (c *Catalog) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named(names.DriverName + "-catalog").For(&jobapi.JobBackupStrategy{}).Complete(c)
+}
+
+// Reconcile syncs one strategy's catalog and comes back after its interval.
+func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	strat := &jobapi.JobBackupStrategy{}
+	if err := c.Client.Get(ctx, req.NamespacedName, strat); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	src := strat.Spec.Catalog
+	if src == nil || !strat.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	interval := time.Duration(jobapi.DefaultCatalogInterval) * time.Second
+	if src.IntervalSeconds != nil {
+		interval = time.Duration(*src.IntervalSeconds) * time.Second
+	}
+	orig := strat.DeepCopy()
+	res, reason, err := c.sync(ctx, strat)
+	cond := metav1.Condition{Type: jobapi.ConditionCatalogSynced, Status: metav1.ConditionTrue, Reason: jobapi.ReasonCatalogSynced, ObservedGeneration: strat.Generation}
+	switch {
+	case err != nil && reason == "":
+		return reconcile.Result{}, err // an API error: retried with backoff
+	case err != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, err.Error()
+		c.Recorder.Eventf(strat, nil, corev1.EventTypeWarning, reason, "Catalog", "%s", err.Error())
+	default:
+		cond.Message = fmt.Sprintf("%d record(s) in s3://%s/%s: %d imported Backup(s) (%d new, %d removed), %d of this cluster, %d skipped",
+			res.Records, src.Bucket, src.Prefix, res.Imported, res.Created, res.Removed, res.Own, len(res.Skipped))
+		if len(res.Skipped) > 0 {
+			cond.Message += ": " + res.SkippedSummary(5)
+			c.Recorder.Eventf(strat, nil, corev1.EventTypeWarning, "RecordsSkipped", "Catalog", "%d record(s) not imported: %s", len(res.Skipped), res.SkippedSummary(5))
+		}
+		now := metav1.NewTime(c.Clock.Now())
+		strat.Status.Catalog = &jobapi.CatalogStatus{LastSyncTime: &now, Records: int32(res.Records), Imported: int32(res.Imported),
+			Created: int32(res.Created), Removed: int32(res.Removed), Own: int32(res.Own), Skipped: int32(len(res.Skipped))}
+	}
+	meta.SetStatusCondition(&strat.Status.Conditions, cond)
+	if err := c.Client.Status().Patch(ctx, strat, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, fmt.Errorf("writing the catalog status of JobBackupStrategy %s: %w", strat.Name, err)
+	}
+	return reconcile.Result{RequeueAfter: interval}, nil
+}
+
+// sync lists and reads the records and imports them. An error with a reason is the storage's or
+// the credentials' (said on the strategy); one without is the API server's.
+func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (driverkit.CatalogResult, string, error) {
+	src := strat.Spec.Catalog
+	secret := &corev1.Secret{}
+	if err := c.Live.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: src.CredentialsSecretName}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return driverkit.CatalogResult{}, jobapi.ReasonCatalogCredentials, fmt.Errorf("the credentials Secret %s/%s does not exist", c.Namespace, src.CredentialsSecretName)
+		}
+		return driverkit.CatalogResult{}, "", fmt.Errorf("reading the credentials Secret %s/%s: %w", c.Namespace, src.CredentialsSecretName, err)
+	}
+	id, key := string(secret.Data[agent.EnvAccessKeyID]), string(secret.Data[agent.EnvSecretAccessKey])
+	if id == "" || key == "" {
+		return driverkit.CatalogResult{}, jobapi.ReasonCatalogCredentials, fmt.Errorf("the credentials Secret %s/%s lacks %s or %s", c.Namespace, src.CredentialsSecretName, agent.EnvAccessKeyID, agent.EnvSecretAccessKey)
+	}
+	s3, err := agent.NewClient(src.Endpoint, src.Region, id, key)
+	if err != nil {
+		return driverkit.CatalogResult{}, jobapi.ReasonCatalogCredentials, fmt.Errorf("the catalog's endpoint: %w", err)
+	}
+	entries, skipped, failed, err := c.read(ctx, s3, strat.Name, src)
+	if err != nil {
+		return driverkit.CatalogResult{}, jobapi.ReasonCatalogUnreadable, err
+	}
+	self, err := c.Kit.SourceCluster(ctx)
+	if err != nil {
+		return driverkit.CatalogResult{}, "", err
+	}
+	cat := driverkit.Catalog{Client: c.Client, Driver: names.DriverName, Name: strat.Name,
+		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptrTo(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
+		NamespaceMapping: map[string]string{}}
+	for from, to := range src.NamespaceMapping {
+		cat.NamespaceMapping[from] = string(to)
+	}
+	if strat.Spec.CleanupTemplate != nil {
+		cat.Finalizer = names.Finalizer
+	}
+	res, err := cat.Sync(ctx, self, entries, failed == 0)
+	if err != nil {
+		return res, "", err
+	}
+	for k, v := range skipped {
+		res.Skipped[k] = v
+	}
+	res.Records += len(skipped) + failed
+	if failed > 0 {
+		return res, jobapi.ReasonCatalogUnreadable, fmt.Errorf("%d of %d record(s) in s3://%s/%s could not be read (the driver's log names them); the others were imported, and no imported Backup was removed", failed, res.Records, src.Bucket, src.Prefix)
+	}
+	return res, "", nil
+}
+
+// read lists the bucket under the prefix and returns the valid records whose artifact is beside
+// them, the reasons the others are skipped, and how many records could not be read.
+func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, src *jobapi.CatalogSource) ([]driverkit.CatalogEntry, map[string]string, int, error) {
+	objects := map[string]string{} // key → ETag
+	for o := range s3.ListObjects(ctx, src.Bucket, minio.ListObjectsOptions{Prefix: src.Prefix, Recursive: true}) {
+		if o.Err != nil {
+			return nil, nil, 0, fmt.Errorf("listing s3://%s/%s: %w", src.Bucket, src.Prefix, o.Err)
+		}
+		objects[o.Key] = o.ETag
+	}
+	c.mu.Lock()
+	if c.known == nil {
+		c.known = map[string]map[string]knownRecord{}
+	}
+	known := c.known[strategy]
+	c.mu.Unlock()
+	next := map[string]knownRecord{}
+	var todo []string
+	for k, etag := range objects {
+		if !strings.HasSuffix(k, jobapi.RecordSuffix) {
+			continue
+		}
+		if kr, ok := known[k]; ok && kr.etag == etag {
+			next[k] = kr
+			continue
+		}
+		todo = append(todo, k)
+	}
+	// Read what is new, a few at once.
+	threads := c.ReadThreads
+	if threads <= 0 {
+		threads = 8
+	}
+	var mu sync.Mutex
+	failed := 0
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range min(threads, max(len(todo), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				kr, readErr := readRecord(ctx, s3, src.Bucket, k, objects[k])
+				mu.Lock()
+				if readErr != nil {
+					failed++
+					ctrl.LoggerFrom(ctx).Info("Reading a record failed", "record", agent.ArtifactURI(src.Bucket, k), "error", readErr.Error())
+				} else {
+					next[k] = kr
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, k := range todo {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	c.mu.Lock()
+	c.known[strategy] = next
+	c.mu.Unlock()
+
+	var entries []driverkit.CatalogEntry
+	skipped := map[string]string{}
+	for k, kr := range next {
+		loc := agent.ArtifactURI(src.Bucket, k)
+		artifactKey := strings.TrimSuffix(k, jobapi.RecordSuffix)
+		switch {
+		case kr.err != nil:
+			skipped[loc] = kr.err.Error()
+		case kr.record.Artifact.URI != agent.ArtifactURI(src.Bucket, artifactKey):
+			skipped[loc] = fmt.Sprintf("the record names the artifact %s, not the object beside it (%s)", kr.record.Artifact.URI, agent.ArtifactURI(src.Bucket, artifactKey))
+		case objects[artifactKey] == "":
+			skipped[loc] = "its artifact " + agent.ArtifactURI(src.Bucket, artifactKey) + " is gone (a cleanup left the record)"
+		default:
+			entries = append(entries, driverkit.CatalogEntry{Record: kr.record, Location: loc})
+		}
+	}
+	return entries, skipped, failed, nil
+}
+
+// readRecord reads and parses one record. A record that is not valid is remembered as such (at
+// its ETag), so it is not read again until it changes; a read that failed is an error.
+func readRecord(ctx context.Context, s3 *minio.Client, bucket, key, etag string) (knownRecord, error) {
+	obj, err := s3.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return knownRecord{}, err
+	}
+	defer obj.Close()
+	data, err := io.ReadAll(io.LimitReader(obj, backupsv1.MaxRecordBytes+1))
+	if err != nil {
+		return knownRecord{}, err
+	}
+	r, perr := backupsv1.ParseArtifactRecord(data)
+	return knownRecord{etag: etag, record: r, err: perr}, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,257 @@
+package driver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-job/internal/agent"
+	"github.com/coffer-backup/coffer/driver-job/internal/driver"
+	"github.com/coffer-backup/coffer/driver-job/internal/names"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+)
+
+var (
+	minioOnce  sync.Once
+	minioStack *velerostack.Stack
+	minioDir   string
+	minioErr   error
+)
+
+// stopMinIO stops the catalog tests' MinIO, if they started it, and removes its data.
+func stopMinIO() {
+	if minioStack != nil {
+		minioStack.Stop()
+	}
+	if minioDir != "" {
+		_ = os.RemoveAll(minioDir)
+	}
+}
+
+// s3 is a MinIO shared by the catalog tests (stopped by TestMain).
+func s3(t *testing.T) *velerostack.Stack {
+	t.Helper()
+	minioOnce.Do(func() {
+		if minioDir, minioErr = os.MkdirTemp("", "jobdriver-catalog-minio-"); minioErr != nil {
+			return
+		}
+		minioStack, minioErr = velerostack.StartMinIO(context.Background(), minioDir)
+	})
+	if minioErr != nil {
+		t.Fatalf("starting MinIO: %v", minioErr)
+	}
+	return minioStack
+}
+
+// foreignRecord is the record cluster "a" wrote of Backup ns/name, whose artifact is at key.
+func foreignRecord(ns, name, bucket, key string) *backupsv1.ArtifactRecord {
+	group := jobapi.Group
+	return &backupsv1.ArtifactRecord{
+		APIVersion: backupsv1.RecordAPIVersion, Kind: backupsv1.RecordKind, Format: backupsv1.RecordFormat,
+		SourceCluster: backupsv1.SourceCluster{ID: "0c1a57e5-0000-4000-8000-00000000000a", Name: "cluster-a"},
+		Namespace:     ns, Name: name, UID: types.UID("5a0e0000-0000-4000-8000-0000000000" + name[len(name)-2:]),
+		Labels: map[string]string{backupsv1.LabelPlan: "nightly"},
+		Spec: backupsv1.BackupSpec{
+			ApplicationRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "web"},
+			PlanRef:        &corev1.LocalObjectReference{Name: "nightly"},
+			StrategyRef:    corev1.TypedLocalObjectReference{APIGroup: &group, Kind: jobapi.Kind, Name: "files-in-cluster-a"},
+			TakenAt:        metav1.NewTime(time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)),
+			DriverMetadata: map[string]string{"param.bucket": bucket, "artifact.format": "2"},
+		},
+		Artifact: backupsv1.BackupArtifact{URI: agent.ArtifactURI(bucket, key), SizeBytes: 5, Checksum: "sha256:" + strings.Repeat("0a", 32)},
+	}
+}
+
+func put(t *testing.T, bucket, key string, data []byte) {
+	t.Helper()
+	_, err := s3(t).S3.PutObject(context.Background(), bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
+	require.NoError(t, err)
+}
+
+func putRecord(t *testing.T, bucket string, r *backupsv1.ArtifactRecord, withArtifact bool) {
+	t.Helper()
+	putRecordAt(t, bucket, strings.TrimPrefix(r.Artifact.URI, "s3://"+bucket+"/"), r, withArtifact)
+}
+
+func putRecordAt(t *testing.T, bucket, key string, r *backupsv1.ArtifactRecord, withArtifact bool) {
+	t.Helper()
+	if withArtifact {
+		put(t, bucket, key, []byte("12345"))
+	}
+	data, err := json.Marshal(r) // as the agent writes it, without Marshal's checks: some are bad on purpose
+	require.NoError(t, err)
+	put(t, bucket, agent.RecordKey(key), data)
+}
+
+// TestCatalogImportsTheBackupsOfAnotherCluster: a strategy with a catalog imports, as Backups
+// naming it, every valid record another cluster left in the bucket whose artifact is beside it,
+// into the record's namespace or the mapped one; it skips, and says why, records of this
+// cluster, invalid ones, ones whose artifact is gone or elsewhere, ones whose namespace does not
+// exist and ones whose name a Backup already has (left untouched). A second sync changes nothing;
+// an adopted Backup gets the finalizer; a Backup whose record is gone is removed; a crash between
+// the create and the status write is completed, never duplicated; missing credentials are a
+// False condition, not a crash loop.
+func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) { s.CleanupTemplate = ptr.To(agentTemplate()) })
+	stack := s3(t)
+	bucket := strings.ToLower(strings.ReplaceAll(f.ns, "_", "-"))
+	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+
+	// The driver's namespace and its credentials Secret.
+	driverNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-system-"}}
+	require.NoError(t, cl.Create(ctx, driverNS))
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
+		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
+	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket, Prefix: "cluster-a/",
+		CredentialsSecretName: "catalog-creds", NamespaceMapping: map[string]jobapi.NamespaceName{"tenant-in-a": jobapi.NamespaceName(f.ns)}, IntervalSeconds: ptr.To[int32](60)}
+	require.NoError(t, cl.Update(ctx, f.strategy))
+
+	ks := &corev1.Namespace{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: "kube-system"}, ks))
+	mapped := foreignRecord("tenant-in-a", "nightly-01", bucket, "cluster-a/tenant-in-a/web/nightly-01.tar")
+	same := foreignRecord(f.ns, "nightly-02", bucket, "cluster-a/"+f.ns+"/web/nightly-02.tar")
+	own := foreignRecord(f.ns, "nightly-03", bucket, "cluster-a/"+f.ns+"/web/nightly-03.tar")
+	own.SourceCluster.ID = string(ks.UID)
+	orphan := foreignRecord(f.ns, "nightly-04", bucket, "cluster-a/"+f.ns+"/web/nightly-04.tar")
+	elsewhere := foreignRecord(f.ns, "nightly-05", bucket, "cluster-a/"+f.ns+"/web/nightly-05.tar")
+	noNamespace := foreignRecord("gone-in-b", "nightly-06", bucket, "cluster-a/gone-in-b/web/nightly-06.tar")
+	taken := foreignRecord(f.ns, "nightly-07", bucket, "cluster-a/"+f.ns+"/web/nightly-07.tar")
+	for _, r := range []*backupsv1.ArtifactRecord{mapped, same, own, noNamespace, taken} {
+		putRecord(t, bucket, r, true)
+	}
+	putRecord(t, bucket, orphan, false)
+	elsewhere.Artifact.URI = "s3://another-bucket/x.tar"
+	putRecordAt(t, bucket, "cluster-a/"+f.ns+"/web/nightly-05.tar", elsewhere, true)
+	put(t, bucket, "cluster-a/"+f.ns+"/web/garbage.tar"+jobapi.RecordSuffix, []byte(`{"apiVersion":"v1","kind":"Secret"}`))
+	put(t, bucket, "outside-the-prefix.tar"+jobapi.RecordSuffix, []byte(`not even JSON`))
+	existing := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly-07", Namespace: f.ns},
+		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: f.strategy.Name}, TakenAt: metav1.Now()}}
+	require.NoError(t, cl.Create(ctx, existing))
+
+	// A crash between creating the first Backup and writing its status: the status write fails once.
+	failed := false
+	crashing := interceptor.NewClient(cl.(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*backupsv1.Backup); ok && !failed {
+				failed = true
+				return errors.New("the process died here")
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		}})
+	kit := driver.New(&driver.Driver{Client: cl, Live: cl, Scheme: sch, Recorder: f.rec}, f.clock)
+	kit.ClusterName = "cluster-b"
+	cat := &driver.Catalog{Client: crashing, Live: cl, Recorder: f.rec, Clock: f.clock, Namespace: driverNS.Name, Kit: kit}
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: f.strategy.Name}}
+	_, err := cat.Reconcile(ctx, req)
+	require.ErrorContains(t, err, "the process died here")
+	res, err := cat.Reconcile(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, res.RequeueAfter, "the next sync after intervalSeconds")
+
+	imported := func() map[string]backupsv1.Backup {
+		list := &backupsv1.BackupList{}
+		require.NoError(t, cl.List(ctx, list, client.InNamespace(f.ns), client.MatchingLabels{backupsv1.LabelImported: "true"}))
+		out := map[string]backupsv1.Backup{}
+		for _, b := range list.Items {
+			out[b.Name] = b
+		}
+		return out
+	}
+	got := imported()
+	require.Len(t, got, 2, "exactly the two importable records, once each")
+	for name, r := range map[string]*backupsv1.ArtifactRecord{"nightly-01": mapped, "nightly-02": same} {
+		b := got[name]
+		require.Equal(t, backupsv1.BackupReady, b.Status.Phase, name)
+		require.Equal(t, r.Artifact, *b.Status.Artifact, name)
+		require.Equal(t, f.strategy.Name, b.Spec.StrategyRef.Name, "%s names the strategy that restores it here", name)
+		require.Equal(t, r.Spec.ApplicationRef, b.Spec.ApplicationRef)
+		require.Equal(t, r.Spec.DriverMetadata, b.Spec.DriverMetadata)
+		require.True(t, r.Spec.TakenAt.Equal(&b.Spec.TakenAt))
+		require.Equal(t, "nightly", b.Labels[backupsv1.LabelPlan])
+		require.Equal(t, r.SourceCluster.ID, b.Annotations[backupsv1.AnnotationSourceCluster])
+		require.Equal(t, string(r.UID), b.Annotations[backupsv1.AnnotationSourceUID])
+		require.Empty(t, b.Finalizers, "an imported Backup is read-only towards the source's data: deleting it deletes no artifact")
+		require.True(t, b.ReadOnly())
+	}
+	untouched := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(existing), untouched))
+	require.Equal(t, existing.ResourceVersion, untouched.ResourceVersion, "a Backup the sync did not make is never written")
+
+	strat := &jobapi.JobBackupStrategy{}
+	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
+	st := strat.Status.Catalog
+	require.NotNil(t, st)
+	require.Equal(t, jobapi.CatalogStatus{LastSyncTime: st.LastSyncTime, Records: 8, Imported: 2, Created: 1, Own: 1, Skipped: 5}, *st,
+		"8 records under the prefix; one Backup was created by the sync that crashed, the other by this one")
+	synced := meta.FindStatusCondition(strat.Status.Conditions, jobapi.ConditionCatalogSynced)
+	require.NotNil(t, synced)
+	require.Equal(t, metav1.ConditionTrue, synced.Status)
+	for _, why := range []string{"is gone", "not the object beside it", "gone-in-b does not exist", "was not imported from this record", "not backups.cozystack.io/v1alpha1 ArtifactRecord"} {
+		require.Contains(t, synced.Message, why)
+	}
+
+	// Again: nothing new, nothing written.
+	before := imported()
+	_, err = cat.Reconcile(ctx, req)
+	require.NoError(t, err)
+	after := imported()
+	for name, b := range before {
+		require.Equal(t, b.ResourceVersion, after[name].ResourceVersion, "%s is not written again", name)
+	}
+	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
+	require.Equal(t, int32(0), strat.Status.Catalog.Created)
+
+	// Adopted: the Backup becomes this cluster's, and its deletion will delete the artifact.
+	b := after["nightly-02"]
+	b.Annotations[backupsv1.AnnotationAdopted] = "true"
+	require.NoError(t, cl.Update(ctx, &b))
+	_, err = cat.Reconcile(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(&b), &b))
+	require.Equal(t, []string{names.Finalizer}, b.Finalizers)
+	require.False(t, b.ReadOnly())
+
+	// The source deleted nightly-01: its artifact, then its record. The imported Backup goes.
+	for _, k := range []string{"cluster-a/tenant-in-a/web/nightly-01.tar", "cluster-a/tenant-in-a/web/nightly-01.tar" + jobapi.RecordSuffix} {
+		require.NoError(t, stack.S3.RemoveObject(ctx, bucket, k, minio.RemoveObjectOptions{}))
+	}
+	_, err = cat.Reconcile(ctx, req)
+	require.NoError(t, err)
+	err = cl.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "nightly-01"}, &backupsv1.Backup{})
+	require.True(t, apierrors.IsNotFound(err), "the Backup of a deleted artifact is removed: %v", err)
+	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
+	require.Equal(t, int32(1), strat.Status.Catalog.Removed)
+
+	// Credentials gone: a False condition saying so; nothing removed.
+	require.NoError(t, cl.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name}}))
+	_, err = cat.Reconcile(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
+	synced = meta.FindStatusCondition(strat.Status.Conditions, jobapi.ConditionCatalogSynced)
+	require.Equal(t, metav1.ConditionFalse, synced.Status)
+	require.Equal(t, jobapi.ReasonCatalogCredentials, synced.Reason)
+	require.Contains(t, synced.Message, "catalog-creds")
+	require.Len(t, imported(), 1)
+}

@@ -1,0 +1,216 @@
+package driverkit
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+)
+
+// ReasonImported is the reason of an imported Backup's ArtifactAvailable condition.
+const ReasonImported = "Imported"
+
+// CatalogEntry is one record a catalog found in storage, and where (the record's URI).
+type CatalogEntry struct {
+	Record   *backupsv1.ArtifactRecord
+	Location string
+}
+
+// Catalog is one catalog sync (contract rule BK-12): the records a driver found in storage,
+// turned into Backups of this cluster. The driver lists and parses the records (it alone knows
+// its storage); the catalog does the rest, the same for every driver.
+type Catalog struct {
+	Client client.Client
+	// Driver is the importing driver's name (the managed-by label of the Backups it makes).
+	Driver string
+	// Name names the catalog (the LabelCatalog value of its Backups): one per strategy.
+	Name string
+	// StrategyRef is the strategy imported Backups name: the importing cluster's, which restores
+	// them.
+	StrategyRef corev1.TypedLocalObjectReference
+	// NamespaceMapping maps a record's namespace to the one its Backup is imported into.
+	NamespaceMapping map[string]string
+	// Finalizer is put on adopted Backups, whose deletion then deletes the artifact; empty when
+	// the strategy cannot delete artifacts.
+	Finalizer string
+}
+
+// CatalogResult is what a sync did and found.
+type CatalogResult struct {
+	Records, Own, Imported, Created, Removed int
+	// Skipped says, per record location, why it was not imported.
+	Skipped map[string]string
+}
+
+// Sync makes one imported Backup per record of another cluster, and completes those a crash left
+// without their status. It never changes or deletes a Backup it did not import (a name taken by
+// another Backup skips the record), never creates a namespace (a missing one skips the record),
+// and imports a record of this cluster never. When complete (the driver read every record),
+// Backups of this catalog whose record is gone are deleted: the source deleted the artifact. An
+// imported Backup carries no finalizer, so deleting it never touches the artifact, unless an admin
+// adopted it (AnnotationAdopted). Sync is idempotent: a second run over the same records changes
+// nothing.
+func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entries []CatalogEntry, complete bool) (CatalogResult, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("catalog", c.Name)
+	res := CatalogResult{Records: len(entries), Skipped: map[string]string{}}
+	existing := &backupsv1.BackupList{}
+	if err := c.Client.List(ctx, existing, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(c.Name)}); err != nil {
+		return res, fmt.Errorf("listing the Backups of catalog %s: %w", c.Name, err)
+	}
+	ours := map[client.ObjectKey]*backupsv1.Backup{}
+	for i := range existing.Items {
+		b := &existing.Items[i]
+		if b.Labels[backupsv1.LabelManagedBy] == c.Driver {
+			ours[client.ObjectKeyFromObject(b)] = b
+		}
+	}
+	seen := map[client.ObjectKey]bool{}
+	sort.Slice(entries, func(i, k int) bool { return entries[i].Location < entries[k].Location })
+	for _, e := range entries {
+		r := e.Record
+		if r.SourceCluster.ID == self.ID {
+			res.Own++
+			continue
+		}
+		key := client.ObjectKey{Namespace: r.Namespace, Name: r.Name}
+		if ns, ok := c.NamespaceMapping[r.Namespace]; ok {
+			key.Namespace = ns
+		}
+		if seen[key] {
+			res.Skipped[e.Location] = fmt.Sprintf("another record of this sync imports Backup %s", key)
+			continue
+		}
+		b, skip, err := c.ensure(ctx, key, e, ours[key])
+		switch {
+		case err != nil:
+			return res, err
+		case skip != "":
+			res.Skipped[e.Location] = skip
+			log.Info("Skipped a record", "record", e.Location, "reason", skip)
+			continue
+		}
+		seen[key] = true
+		if ours[key] == nil {
+			res.Created++
+			log.Info("Imported Backup", "backup", klog.KObj(b), "record", e.Location)
+		}
+		ours[key] = b
+	}
+	for key, b := range ours {
+		if seen[key] || !b.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if !complete {
+			continue // a record we could not read is not a record that is gone
+		}
+		if err := c.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return res, fmt.Errorf("deleting imported Backup %s, whose record %s is gone: %w", key, b.Annotations[backupsv1.AnnotationRecord], err)
+		}
+		res.Removed++
+		delete(ours, key)
+		log.Info("Removed imported Backup: its record is gone from storage", "backup", klog.KObj(b), "record", b.Annotations[backupsv1.AnnotationRecord])
+	}
+	res.Imported = len(ours)
+	return res, nil
+}
+
+// ensure creates the Backup of one record, or finds the one an earlier sync made, and completes
+// its status and (once adopted) its finalizer. A record it does not import gets the reason why.
+func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEntry, b *backupsv1.Backup) (*backupsv1.Backup, string, error) {
+	r := e.Record
+	if b == nil {
+		b = c.imported(key, e)
+		err := c.Client.Create(ctx, b)
+		switch {
+		case err == nil:
+		case apierrors.IsAlreadyExists(err):
+			return nil, fmt.Sprintf("a Backup %s exists and was not imported from this record; it is left alone", key), nil
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Sprintf("namespace %s does not exist here (create it, or map %s with namespaceMapping)", key.Namespace, r.Namespace), nil
+		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+			return nil, fmt.Sprintf("the API server refused its Backup %s: %v", key, err), nil
+		default:
+			return nil, "", fmt.Errorf("creating imported Backup %s: %w", key, err)
+		}
+	} else if b.Annotations[backupsv1.AnnotationSourceUID] != string(r.UID) || b.Annotations[backupsv1.AnnotationSourceCluster] != r.SourceCluster.ID {
+		return nil, fmt.Sprintf("Backup %s was imported from another record (%s); it is left alone", key, b.Annotations[backupsv1.AnnotationRecord]), nil
+	}
+	if b.Adopted() && c.Finalizer != "" && !controllerutil.ContainsFinalizer(b, c.Finalizer) && b.DeletionTimestamp.IsZero() {
+		orig := b.DeepCopy()
+		b.Finalizers = append(b.Finalizers, c.Finalizer)
+		if err := c.Client.Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return nil, "", fmt.Errorf("adding the finalizer to adopted Backup %s: %w", key, err)
+		}
+	}
+	if b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil {
+		return b, "", nil
+	}
+	orig := b.DeepCopy()
+	b.Status.Phase = backupsv1.BackupReady
+	b.Status.Artifact = r.Artifact.DeepCopy()
+	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue,
+		Reason: ReasonImported, Message: fmt.Sprintf("Imported from the record %s, written by cluster %s", e.Location, clusterName(r.SourceCluster))})
+	if _, err := PatchStatus(ctx, c.Client, b, orig); err != nil {
+		return nil, "", fmt.Errorf("recording the artifact of imported Backup %s: %w", key, err)
+	}
+	return b, "", nil
+}
+
+// imported is the Backup a record makes here.
+func (c *Catalog) imported(key client.ObjectKey, e CatalogEntry) *backupsv1.Backup {
+	r := e.Record
+	labels := map[string]string{}
+	for k, v := range r.Labels {
+		labels[k] = v
+	}
+	labels[backupsv1.LabelImported] = "true"
+	labels[backupsv1.LabelCatalog] = backupsv1.LabelValue(c.Name)
+	labels[backupsv1.LabelManagedBy] = c.Driver
+	spec := *r.Spec.DeepCopy()
+	spec.StrategyRef = c.StrategyRef
+	return &backupsv1.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels, Annotations: map[string]string{
+			backupsv1.AnnotationSourceCluster:     r.SourceCluster.ID,
+			backupsv1.AnnotationSourceClusterName: r.SourceCluster.Name,
+			backupsv1.AnnotationSourceUID:         string(r.UID),
+			backupsv1.AnnotationRecord:            e.Location,
+		}},
+		Spec: spec,
+	}
+}
+
+func clusterName(s backupsv1.SourceCluster) string {
+	if s.Name != "" {
+		return s.Name + " (" + s.ID + ")"
+	}
+	return s.ID
+}
+
+// SkippedSummary says which records a sync skipped and why, in at most max entries.
+func (r CatalogResult) SkippedSummary(max int) string {
+	keys := make([]string, 0, len(r.Skipped))
+	for k := range r.Skipped {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for i, k := range keys {
+		if i == max {
+			parts = append(parts, fmt.Sprintf("and %d more", len(keys)-max))
+			break
+		}
+		parts = append(parts, k+": "+r.Skipped[k])
+	}
+	return strings.Join(parts, "; ")
+}
