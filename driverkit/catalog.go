@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,9 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
+
+// DefaultCatalogWorkers is how many Backups a catalog sync makes at once.
+const DefaultCatalogWorkers = 8
 
 // ReasonImported is the reason of an imported Backup's ArtifactAvailable condition.
 const ReasonImported = "Imported"
@@ -44,6 +48,8 @@ type Catalog struct {
 	// Finalizer is put on adopted Backups, whose deletion then deletes the artifact; empty when
 	// the strategy cannot delete artifacts.
 	Finalizer string
+	// Workers is how many Backups are made at once (default DefaultCatalogWorkers).
+	Workers int
 }
 
 // CatalogResult is what a sync did and found.
@@ -75,7 +81,14 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 			ours[client.ObjectKeyFromObject(b)] = b
 		}
 	}
-	seen := map[client.ObjectKey]bool{}
+	// Which record makes which Backup is decided first, in a stable order; the Backups are then
+	// made Workers at a time.
+	type item struct {
+		key client.ObjectKey
+		e   CatalogEntry
+	}
+	var items []item
+	claimed := map[client.ObjectKey]bool{}
 	sort.Slice(entries, func(i, k int) bool { return entries[i].Location < entries[k].Location })
 	for _, e := range entries {
 		r := e.Record
@@ -87,25 +100,65 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 		if ns, ok := c.NamespaceMapping[r.Namespace]; ok {
 			key.Namespace = ns
 		}
-		if seen[key] {
+		if claimed[key] {
 			res.Skipped[e.Location] = fmt.Sprintf("another record of this sync imports Backup %s", key)
 			continue
 		}
-		b, skip, err := c.ensure(ctx, key, e, ours[key])
-		switch {
-		case err != nil:
-			return res, err
-		case skip != "":
-			res.Skipped[e.Location] = skip
-			log.Info("Skipped a record", "record", e.Location, "reason", skip)
-			continue
-		}
-		seen[key] = true
-		if ours[key] == nil {
-			res.Created++
-			log.Info("Imported Backup", "backup", klog.KObj(b), "record", e.Location)
-		}
-		ours[key] = b
+		claimed[key] = true
+		items = append(items, item{key, e})
+	}
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	seen := map[client.ObjectKey]bool{}
+	work := make(chan item)
+	workers := c.Workers
+	if workers <= 0 {
+		workers = DefaultCatalogWorkers
+	}
+	for range min(workers, max(len(items), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				mu.Lock()
+				prev := ours[it.key]
+				stop := firstErr != nil
+				mu.Unlock()
+				if stop {
+					continue
+				}
+				b, skip, err := c.ensure(ctx, it.key, it.e, prev)
+				mu.Lock()
+				switch {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = err
+					}
+				case skip != "":
+					res.Skipped[it.e.Location] = skip
+					log.Info("Skipped a record", "record", it.e.Location, "reason", skip)
+				default:
+					seen[it.key] = true
+					if prev == nil {
+						res.Created++
+						log.Info("Imported Backup", "backup", klog.KObj(b), "record", it.e.Location)
+					}
+					ours[it.key] = b
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return res, firstErr
 	}
 	for key, b := range ours {
 		if seen[key] || !b.DeletionTimestamp.IsZero() {

@@ -33,6 +33,8 @@ type options struct {
 	checkPeriod                      time.Duration
 	maxCheckJobs                     int
 	clusterName, namespace           string
+	qps                              float64
+	burst                            int
 	zap                              zap.Options
 }
 
@@ -51,6 +53,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 		"A name for this cluster in the record stored next to each artifact (beside the UID of its kube-system namespace, which identifies it); optional.")
 	fs.StringVar(&o.namespace, "namespace", podNamespace(),
 		"The driver's namespace, where the credentials Secrets of catalogs (JobBackupStrategy spec.catalog) are read; by default the pod's.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 100, "Queries per second to the API server (a catalog sync makes two writes per imported Backup).")
+	fs.IntVar(&o.burst, "kube-api-burst", 200, "Burst of queries to the API server.")
 	o.zap.BindFlags(fs)
 }
 
@@ -66,7 +70,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  driver.Scheme(),
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,
