@@ -50,6 +50,9 @@ type Catalog struct {
 	Finalizer string
 	// Workers is how many Backups are made at once (default DefaultCatalogWorkers).
 	Workers int
+	// DriverMetadata replaces entries of each imported Backup's spec.driverMetadata: what a
+	// restore here needs that differs from the source cluster (driver-job: its class parameters).
+	DriverMetadata map[string]string
 }
 
 // CatalogResult is what a sync did and found.
@@ -232,6 +235,12 @@ func (c *Catalog) imported(key client.ObjectKey, e CatalogEntry) *backupsv1.Back
 	labels[backupsv1.LabelManagedBy] = c.Driver
 	spec := *r.Spec.DeepCopy()
 	spec.StrategyRef = c.StrategyRef
+	for k, v := range c.DriverMetadata {
+		if spec.DriverMetadata == nil {
+			spec.DriverMetadata = map[string]string{}
+		}
+		spec.DriverMetadata[k] = v
+	}
 	return &backupsv1.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels, Annotations: map[string]string{
 			backupsv1.AnnotationSourceCluster:     r.SourceCluster.ID,

@@ -120,12 +120,23 @@ func start(t *testing.T, ctx context.Context) *env {
 	root, err := manifests.RepoRoot()
 	require.NoError(t, err)
 	work := t.TempDir()
+	return startCluster(t, ctx, root, work, agentImageArchive(t, ctx, root, work))
+}
+
+// agentImageArchive builds coffer-agent and its image into work, and returns the image archive.
+func agentImageArchive(t *testing.T, ctx context.Context, root, work string) string {
 	bin := filepath.Join(work, "coffer-agent")
 	require.NoError(t, images.BuildBinary(ctx, filepath.Join(root, "driver-job"), "./cmd/coffer-agent", bin))
 	img, err := images.Build(ctx, images.Options{Binary: bin, Name: agentImage, Out: filepath.Join(work, "coffer-agent.oci.tar")})
 	require.NoError(t, err)
+	return img.Archive
+}
 
-	n, err := node.Start(ctx, node.Options{Images: []string{img.Archive}, Logf: t.Logf,
+// startCluster starts a node (its own etcd, API server and kubelet) with the agent's image, a
+// MinIO on the node's IP serving the data in work/minio, Coffer's CRDs and RBAC, and driver-job.
+// A second cluster started on the same work finds the first one's bucket and volumes there.
+func startCluster(t *testing.T, ctx context.Context, root, work, image string) *env {
+	n, err := node.Start(ctx, node.Options{Images: []string{image}, Logf: t.Logf,
 		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "harness", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -137,7 +148,9 @@ func start(t *testing.T, ctx context.Context) *env {
 	s3, err := velerostack.StartMinIOOn(ctx, filepath.Join(work, "minio"), n.IP)
 	require.NoError(t, err)
 	t.Cleanup(s3.Stop)
-	require.NoError(t, s3.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}))
+	if err := s3.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil && minio.ToErrorResponse(err).Code != "BucketAlreadyOwnedByYou" {
+		require.NoError(t, err)
+	}
 
 	cl, err := client.New(n.Cluster.Config, client.Options{Scheme: cluster.Scheme})
 	require.NoError(t, err)

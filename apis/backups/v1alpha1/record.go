@@ -30,11 +30,14 @@ type ArtifactRecord struct {
 
 	// SourceCluster is the cluster the Backup was taken in.
 	SourceCluster SourceCluster `json:"sourceCluster"`
-	// Namespace, Name and UID are the Backup's in its source cluster.
+	// Namespace, Name and UID are the Backup's in its source cluster. UID is empty in a record
+	// written before the Backup existed (driver-job's agent writes it while the Backup is still
+	// to be made); the label backups.cozystack.io/backupjob-uid then names the run.
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
 	UID       types.UID `json:"uid,omitempty"`
-	// Labels are the Backup's labels the contract defines (application, Plan); others are left out.
+	// Labels are the Backup's labels the contract defines (application, Plan, BackupJob UID);
+	// others are left out.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Spec is the Backup's spec: application, Plan, strategy, time and driver metadata.
 	Spec BackupSpec `json:"spec"`
@@ -63,7 +66,7 @@ const (
 )
 
 // recordLabels are the Backup labels a record keeps.
-var recordLabels = []string{LabelApplicationKind, LabelApplicationName, LabelPlan}
+var recordLabels = []string{LabelApplicationKind, LabelApplicationName, LabelPlan, LabelBackupJobUID}
 
 // NewArtifactRecord is the record of a Backup that has its artifact, taken in cluster.
 func NewArtifactRecord(b *Backup, cluster SourceCluster) (*ArtifactRecord, error) {

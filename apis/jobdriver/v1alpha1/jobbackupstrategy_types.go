@@ -107,6 +107,13 @@ type CatalogSource struct {
 	// +kubebuilder:validation:MaxProperties=256
 	NamespaceMapping map[string]NamespaceName `json:"namespaceMapping,omitempty"`
 
+	// parameters replace, in each imported Backup, the class parameters the source cluster ran
+	// its backup with (its driverMetadata "param.<key>" snapshot, which restores render their
+	// templates with): what differs here, e.g. the endpoint as this cluster reaches the bucket.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Parameters map[string]string `json:"parameters,omitempty"`
+
 	// intervalSeconds is the time between two syncs. Unset means 300.
 	// +optional
 	// +kubebuilder:validation:Minimum=10

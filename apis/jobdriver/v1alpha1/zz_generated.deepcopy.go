@@ -82,6 +82,13 @@ func (in *CatalogSource) DeepCopyInto(out *CatalogSource) {
 			(*out)[key] = val
 		}
 	}
+	if in.Parameters != nil {
+		in, out := &in.Parameters, &out.Parameters
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.IntervalSeconds != nil {
 		in, out := &in.IntervalSeconds, &out.IntervalSeconds
 		*out = new(int32)

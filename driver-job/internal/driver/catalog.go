@@ -134,6 +134,12 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 	if strat.Spec.CleanupTemplate != nil {
 		cat.Finalizer = names.Finalizer
 	}
+	if len(src.Parameters) > 0 {
+		cat.DriverMetadata = map[string]string{}
+		for k, v := range src.Parameters {
+			cat.DriverMetadata[names.MetaParamPrefix+k] = v
+		}
+	}
 	res, err := cat.Sync(ctx, self, entries, failed == 0)
 	if err != nil {
 		return res, "", err

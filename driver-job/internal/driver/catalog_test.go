@@ -124,7 +124,8 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
 		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
 	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket, Prefix: "cluster-a/",
-		CredentialsSecretName: "catalog-creds", NamespaceMapping: map[string]jobapi.NamespaceName{"tenant-in-a": jobapi.NamespaceName(f.ns)}, IntervalSeconds: ptr.To[int32](60)}
+		CredentialsSecretName: "catalog-creds", NamespaceMapping: map[string]jobapi.NamespaceName{"tenant-in-a": jobapi.NamespaceName(f.ns)}, IntervalSeconds: ptr.To[int32](60),
+		Parameters: map[string]string{"bucket": "as-b-sees-it"}}
 	require.NoError(t, cl.Update(ctx, f.strategy))
 
 	ks := &corev1.Namespace{}
@@ -190,7 +191,8 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 		require.Equal(t, r.Artifact, *b.Status.Artifact, name)
 		require.Equal(t, f.strategy.Name, b.Spec.StrategyRef.Name, "%s names the strategy that restores it here", name)
 		require.Equal(t, r.Spec.ApplicationRef, b.Spec.ApplicationRef)
-		require.Equal(t, r.Spec.DriverMetadata, b.Spec.DriverMetadata)
+		require.Equal(t, map[string]string{"param.bucket": "as-b-sees-it", "artifact.format": "2"}, b.Spec.DriverMetadata,
+			"the catalog's parameters replace the source's snapshot; the rest is the record's")
 		require.True(t, r.Spec.TakenAt.Equal(&b.Spec.TakenAt))
 		require.Equal(t, "nightly", b.Labels[backupsv1.LabelPlan])
 		require.Equal(t, r.SourceCluster.ID, b.Annotations[backupsv1.AnnotationSourceCluster])
