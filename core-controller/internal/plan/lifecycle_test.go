@@ -184,12 +184,7 @@ func TestRetentionPrunesBackupsButNeverTheLastGood(t *testing.T) {
 	require.NoError(t, env.Client.Create(h.ctx, other))
 	h.reconcile()
 
-	list := &backupsv1.BackupList{}
-	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
-	var left []string
-	for _, b := range list.Items {
-		left = append(left, b.Name)
-	}
+	left := h.backupNames()
 	assert.ElementsMatch(t, []string{"b-partial", "b-good", "b-pending", "other"}, left,
 		"keepLast 1 keeps the partial backup; the newest good one and the pending one are never pruned")
 	require.NotNil(t, h.plan.Status.LastBackupRef)
@@ -235,12 +230,7 @@ func TestRetentionKeepsTheNewestGoodOfEachApplication(t *testing.T) {
 	newBackup(h, "vm1-2", base.Add(-time.Hour), backupsv1.BackupReady)
 	h.reconcile()
 
-	list := &backupsv1.BackupList{}
-	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
-	var left []string
-	for _, b := range list.Items {
-		left = append(left, b.Name)
-	}
+	left := h.backupNames()
 	assert.ElementsMatch(t, []string{"old-2", "vm1-2"}, left, "the newest good Backup of each application stays")
 	require.NotNil(t, h.plan.Status.LastBackupRef)
 	assert.Equal(t, "vm1-2", h.plan.Status.LastBackupRef.Name)
@@ -270,12 +260,7 @@ func TestRetentionTrustsVerification(t *testing.T) {
 	newBackup(h, "b-bad", base.Add(-time.Hour), backupsv1.BackupReady, verified(metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch))
 	h.reconcile()
 
-	list := &backupsv1.BackupList{}
-	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
-	var left []string
-	for _, b := range list.Items {
-		left = append(left, b.Name)
-	}
+	left := h.backupNames()
 	assert.ElementsMatch(t, []string{"b-good", "b-proven"}, left,
 		"keepLast 1 keeps the newest usable Backup (b-bad is not usable); the newest restore-verified one is never pruned")
 	require.NotNil(t, h.plan.Status.LastRestorableBackup, "the Plan shows its restorable point")
@@ -306,11 +291,18 @@ func TestRetentionNeverPrunesImportedBackups(t *testing.T) {
 	newBackup(h, "here-2", base.Add(-time.Hour), backupsv1.BackupReady)
 	h.reconcile()
 
-	list := &backupsv1.BackupList{}
-	require.NoError(t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
-	var left []string
-	for _, b := range list.Items {
-		left = append(left, b.Name)
-	}
+	left := h.backupNames()
 	assert.ElementsMatch(t, []string{"from-a-1", "here-2"}, left, "the imported Backup stays; the adopted one is pruned like here-1")
+}
+
+// backupNames lists the names of the Backups in the harness's namespace.
+func (h *harness) backupNames() []string {
+	h.t.Helper()
+	list := &backupsv1.BackupList{}
+	require.NoError(h.t, env.Client.List(h.ctx, list, client.InNamespace(h.ns)))
+	var names []string
+	for _, b := range list.Items {
+		names = append(names, b.Name)
+	}
+	return names
 }
