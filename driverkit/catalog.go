@@ -50,9 +50,11 @@ type Catalog struct {
 	Finalizer string
 	// Workers is how many Backups are made at once (default DefaultCatalogWorkers).
 	Workers int
-	// DriverMetadata replaces entries of each imported Backup's spec.driverMetadata: what a
-	// restore here needs that differs from the source cluster (driver-job: its class parameters).
-	DriverMetadata map[string]string
+	// DriverMetadata, when set, makes the spec.driverMetadata of each imported Backup from the
+	// record's: a record is hostile input, so a driver keeps only what it may trust, and adds
+	// what a restore here needs (driver-job: the catalog's class parameters, never the record's,
+	// whose endpoint could send a restore's credentials elsewhere).
+	DriverMetadata func(recorded map[string]string) map[string]string
 }
 
 // CatalogResult is what a sync did and found.
@@ -227,7 +229,7 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 func (c *Catalog) imported(key client.ObjectKey, e CatalogEntry) *backupsv1.Backup {
 	r := e.Record
 	labels := map[string]string{}
-	for k, v := range r.Labels {
+	for k, v := range r.Labels { // the contract's labels only (Validate)
 		labels[k] = v
 	}
 	labels[backupsv1.LabelImported] = "true"
@@ -235,11 +237,8 @@ func (c *Catalog) imported(key client.ObjectKey, e CatalogEntry) *backupsv1.Back
 	labels[backupsv1.LabelManagedBy] = c.Driver
 	spec := *r.Spec.DeepCopy()
 	spec.StrategyRef = c.StrategyRef
-	for k, v := range c.DriverMetadata {
-		if spec.DriverMetadata == nil {
-			spec.DriverMetadata = map[string]string{}
-		}
-		spec.DriverMetadata[k] = v
+	if c.DriverMetadata != nil {
+		spec.DriverMetadata = c.DriverMetadata(spec.DriverMetadata)
 	}
 	return &backupsv1.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels, Annotations: map[string]string{

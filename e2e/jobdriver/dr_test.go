@@ -76,7 +76,7 @@ func TestDisasterRecoveryOnARealNode(t *testing.T) {
 	stratB := b.strategy("files")
 	stratB.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + b.s3.S3Endpoint, Bucket: bucket, CredentialsSecretName: "catalog-readonly",
 		NamespaceMapping: map[string]jobapi.NamespaceName{nsA: jobapi.NamespaceName(nsB)}, IntervalSeconds: ptr.To[int32](10),
-		Parameters: map[string]string{"endpoint": "http://" + b.s3.S3Endpoint}} // B reaches the bucket at another address
+		Parameters: b.params()} // B's class parameters: B reaches the bucket at another address
 	require.NoError(t, b.cl.Create(ctx, stratB))
 	b.class(t, "files", stratB)
 

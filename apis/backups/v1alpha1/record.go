@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -142,6 +143,9 @@ func (r *ArtifactRecord) Validate() error {
 		return fmt.Errorf("the record's name %q is not an object name: %v", r.Name, errs)
 	}
 	for k, v := range r.Labels {
+		if !slices.Contains(recordLabels, k) {
+			return fmt.Errorf("the record has the label %s, which records do not carry (only %v)", k, recordLabels)
+		}
 		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 			return fmt.Errorf("the record's label %s=%q is not a label value: %v", k, v, errs)
 		}

@@ -90,6 +90,7 @@ func TestArtifactRecordRefusesHostileInput(t *testing.T) {
 		"namespace escape":  {edit(func(c *ArtifactRecord) { c.Namespace = "../kube-system" }), "not a namespace name"},
 		"bad name":          {edit(func(c *ArtifactRecord) { c.Name = "Db/x" }), "not an object name"},
 		"bad label":         {edit(func(c *ArtifactRecord) { c.Labels = map[string]string{LabelPlan: "a b"} }), "not a label value"},
+		"foreign label":     {edit(func(c *ArtifactRecord) { c.Labels = map[string]string{LabelManagedBy: "x"} }), "records do not carry"},
 		"no strategy group": {edit(func(c *ArtifactRecord) { c.Spec.StrategyRef.APIGroup = nil }), "no strategy"},
 		"no application":    {edit(func(c *ArtifactRecord) { c.Spec.ApplicationRef.Name = "" }), "no application"},
 		"no takenAt":        {edit(func(c *ArtifactRecord) { c.Spec.TakenAt = metav1.Time{} }), "no takenAt"},

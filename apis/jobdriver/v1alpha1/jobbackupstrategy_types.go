@@ -107,9 +107,11 @@ type CatalogSource struct {
 	// +kubebuilder:validation:MaxProperties=256
 	NamespaceMapping map[string]NamespaceName `json:"namespaceMapping,omitempty"`
 
-	// parameters replace, in each imported Backup, the class parameters the source cluster ran
-	// its backup with (its driverMetadata "param.<key>" snapshot, which restores render their
-	// templates with): what differs here, e.g. the endpoint as this cluster reaches the bucket.
+	// parameters are the class parameters restores of imported Backups render their templates
+	// with (their driverMetadata "param.<key>"), in place of the snapshot the record holds: a
+	// record is read from the bucket, and its endpoint could otherwise send a restore's
+	// credentials elsewhere. Give every parameter the restore template uses (e.g. the endpoint as
+	// this cluster reaches the bucket, the bucket, the credentials Secret's name).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	Parameters map[string]string `json:"parameters,omitempty"`

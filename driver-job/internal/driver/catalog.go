@@ -134,11 +134,19 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 	if strat.Spec.CleanupTemplate != nil {
 		cat.Finalizer = names.Finalizer
 	}
-	if len(src.Parameters) > 0 {
-		cat.DriverMetadata = map[string]string{}
-		for k, v := range src.Parameters {
-			cat.DriverMetadata[names.MetaParamPrefix+k] = v
+	// The record's parameters (its cluster's class, as the record says) never reach a restore
+	// here: the catalog's do.
+	cat.DriverMetadata = func(recorded map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range recorded {
+			if !strings.HasPrefix(k, names.MetaParamPrefix) {
+				out[k] = v
+			}
 		}
+		for k, v := range src.Parameters {
+			out[names.MetaParamPrefix+k] = v
+		}
+		return out
 	}
 	res, err := cat.Sync(ctx, self, entries, failed == 0)
 	if err != nil {

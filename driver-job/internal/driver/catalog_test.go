@@ -76,7 +76,7 @@ func foreignRecord(ns, name, bucket, key string) *backupsv1.ArtifactRecord {
 			PlanRef:        &corev1.LocalObjectReference{Name: "nightly"},
 			StrategyRef:    corev1.TypedLocalObjectReference{APIGroup: &group, Kind: jobapi.Kind, Name: "files-in-cluster-a"},
 			TakenAt:        metav1.NewTime(time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)),
-			DriverMetadata: map[string]string{"param.bucket": bucket, "artifact.format": "2"},
+			DriverMetadata: map[string]string{"param.bucket": bucket, "param.endpoint": "https://attacker.example", "artifact.format": "2"},
 		},
 		Artifact: backupsv1.BackupArtifact{URI: agent.ArtifactURI(bucket, key), SizeBytes: 5, Checksum: "sha256:" + strings.Repeat("0a", 32)},
 	}
@@ -192,7 +192,7 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 		require.Equal(t, f.strategy.Name, b.Spec.StrategyRef.Name, "%s names the strategy that restores it here", name)
 		require.Equal(t, r.Spec.ApplicationRef, b.Spec.ApplicationRef)
 		require.Equal(t, map[string]string{"param.bucket": "as-b-sees-it", "artifact.format": "2"}, b.Spec.DriverMetadata,
-			"the catalog's parameters replace the source's snapshot; the rest is the record's")
+			"the catalog's parameters replace the record's (its endpoint never reaches a restore); the rest is the record's")
 		require.True(t, r.Spec.TakenAt.Equal(&b.Spec.TakenAt))
 		require.Equal(t, "nightly", b.Labels[backupsv1.LabelPlan])
 		require.Equal(t, r.SourceCluster.ID, b.Annotations[backupsv1.AnnotationSourceCluster])
