@@ -84,7 +84,7 @@ func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		cond.Message = fmt.Sprintf("%d record(s) in s3://%s/%s: %d imported Backup(s) (%d new, %d removed), %d of this cluster, %d skipped",
 			res.Records, src.Bucket, src.Prefix, res.Imported, res.Created, res.Removed, res.Own, len(res.Skipped))
 		if len(res.Skipped) > 0 {
-			cond.Message += ": " + res.SkippedSummary(5)
+			cond.Message += ": " + res.SkippedSummary(10)
 			c.Recorder.Eventf(strat, nil, corev1.EventTypeWarning, "RecordsSkipped", "Catalog", "%d record(s) not imported: %s", len(res.Skipped), res.SkippedSummary(5))
 		}
 		now := metav1.NewTime(c.Clock.Now())
@@ -235,6 +235,11 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 			skipped[loc] = kr.err.Error()
 		case kr.record.Artifact.URI != agent.ArtifactURI(src.Bucket, artifactKey):
 			skipped[loc] = fmt.Sprintf("the record names the artifact %s, not the object beside it (%s)", kr.record.Artifact.URI, agent.ArtifactURI(src.Bucket, artifactKey))
+		case !strings.HasPrefix(strings.TrimPrefix(k, src.Prefix), kr.record.Namespace+"/"):
+			// Only a record stored below its own namespace (coffer-agent's default prefix) is
+			// imported: whoever may write below one namespace's prefix cannot plant Backups in
+			// another's.
+			skipped[loc] = fmt.Sprintf("the record says namespace %s, but its key is not below %s%s/", kr.record.Namespace, src.Prefix, kr.record.Namespace)
 		case objects[artifactKey] == "":
 			skipped[loc] = "its artifact " + agent.ArtifactURI(src.Bucket, artifactKey) + " is gone (a cleanup left the record)"
 		default:

@@ -49,7 +49,7 @@ func BenchmarkCatalogSync1000(b *testing.B) {
 				defer wg.Done()
 				for k := range keys {
 					name := fmt.Sprintf("nightly-%04d", k)
-					key := fmt.Sprintf("a/%s/web/%s.tar", ns.Name, name)
+					key := fmt.Sprintf("%s/web/%s.tar", ns.Name, name)
 					r := foreignRecord(ns.Name, name, bucket, key)
 					data, _ := json.Marshal(r)
 					for _, o := range []struct {

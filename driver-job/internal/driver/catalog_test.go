@@ -145,6 +145,10 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	elsewhere.Artifact.URI = "s3://another-bucket/x.tar"
 	putRecordAt(t, bucket, "cluster-a/"+f.ns+"/web/nightly-05.tar", elsewhere, true)
 	put(t, bucket, "cluster-a/"+f.ns+"/web/garbage.tar"+jobapi.RecordSuffix, []byte(`{"apiVersion":"v1","kind":"Secret"}`))
+	// A record planted below another namespace's prefix, claiming f.ns: whoever wrote it could
+	// write below tenant-in-a only.
+	planted := foreignRecord(f.ns, "nightly-08", bucket, "cluster-a/tenant-in-a/web/nightly-08.tar")
+	putRecord(t, bucket, planted, true)
 	put(t, bucket, "outside-the-prefix.tar"+jobapi.RecordSuffix, []byte(`not even JSON`))
 	existing := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly-07", Namespace: f.ns},
 		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web"},
@@ -209,12 +213,12 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	st := strat.Status.Catalog
 	require.NotNil(t, st)
 	require.Positive(t, createdBeforeCrash)
-	require.Equal(t, jobapi.CatalogStatus{LastSyncTime: st.LastSyncTime, Records: 8, Imported: 2, Created: 2 - createdBeforeCrash, Own: 1, Skipped: 5}, *st,
-		"8 records under the prefix; the sync that crashed created some Backups, this one the rest, and no Backup twice")
+	require.Equal(t, jobapi.CatalogStatus{LastSyncTime: st.LastSyncTime, Records: 9, Imported: 2, Created: 2 - createdBeforeCrash, Own: 1, Skipped: 6}, *st,
+		"9 records under the prefix; the sync that crashed created some Backups, this one the rest, and no Backup twice")
 	synced := meta.FindStatusCondition(strat.Status.Conditions, jobapi.ConditionCatalogSynced)
 	require.NotNil(t, synced)
 	require.Equal(t, metav1.ConditionTrue, synced.Status)
-	for _, why := range []string{"is gone", "not the object beside it", "gone-in-b does not exist", "was not imported from this record", "not backups.cozystack.io/v1alpha1 ArtifactRecord"} {
+	for _, why := range []string{"is gone", "not the object beside it", "gone-in-b does not exist", "was not imported from this record", "not backups.cozystack.io/v1alpha1 ArtifactRecord", "its key is not below cluster-a/" + f.ns + "/"} {
 		require.Contains(t, synced.Message, why)
 	}
 
