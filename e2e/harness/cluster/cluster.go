@@ -133,6 +133,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	cfg, err := c.env.Start()
 	if err != nil {
+		// envtest returns an error after starting the control plane when installing the CRDs
+		// fails (an invalid CRD): stop what it started, so no etcd or API server outlives us.
+		_ = c.env.Stop()
 		c.cleanup()
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
 	}
