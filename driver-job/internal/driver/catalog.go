@@ -16,7 +16,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -52,9 +54,11 @@ type knownRecord struct {
 	err    error
 }
 
-// SetupWithManager registers the catalog controller.
+// SetupWithManager registers the catalog controller. Only spec changes wake it (and its own
+// RequeueAfter): its status writes must not start another sync at once.
 func (c *Catalog) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named(names.DriverName + "-catalog").For(&jobapi.JobBackupStrategy{}).Complete(c)
+	return ctrl.NewControllerManagedBy(mgr).Named(names.DriverName+"-catalog").
+		For(&jobapi.JobBackupStrategy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).Complete(c)
 }
 
 // Reconcile syncs one strategy's catalog and comes back after its interval.
