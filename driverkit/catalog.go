@@ -135,7 +135,7 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 				if stop {
 					continue
 				}
-				b, skip, err := c.ensure(ctx, it.key, it.e, prev)
+				b, created, skip, err := c.ensure(ctx, it.key, it.e, prev)
 				mu.Lock()
 				switch {
 				case err != nil:
@@ -147,7 +147,7 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 					log.Info("Skipped a record", "record", it.e.Location, "reason", skip)
 				default:
 					seen[it.key] = true
-					if prev == nil {
+					if created {
 						res.Created++
 						log.Info("Imported Backup", "backup", klog.KObj(b), "record", it.e.Location)
 					}
@@ -185,34 +185,43 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 
 // ensure creates the Backup of one record, or finds the one an earlier sync made, and completes
 // its status and (once adopted) its finalizer. A record it does not import gets the reason why.
-func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEntry, b *backupsv1.Backup) (*backupsv1.Backup, string, error) {
+func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEntry, b *backupsv1.Backup) (_ *backupsv1.Backup, created bool, _ string, _ error) {
 	r := e.Record
 	if b == nil {
 		b = c.imported(key, e)
 		err := c.Client.Create(ctx, b)
 		switch {
 		case err == nil:
+			created = true
 		case apierrors.IsAlreadyExists(err):
-			return nil, fmt.Sprintf("a Backup %s exists and was not imported from this record; it is left alone", key), nil
+			// Ours, and not yet in the cache that listed them, or someone else's.
+			existing := &backupsv1.Backup{}
+			if err := c.Client.Get(ctx, key, existing); err != nil {
+				return nil, false, "", fmt.Errorf("reading Backup %s, which exists: %w", key, err)
+			}
+			if !c.importOf(existing, e) {
+				return nil, false, fmt.Sprintf("a Backup %s exists and was not imported from this record; it is left alone", key), nil
+			}
+			b = existing
 		case apierrors.IsNotFound(err):
-			return nil, fmt.Sprintf("namespace %s does not exist here (create it, or map %s with namespaceMapping)", key.Namespace, r.Namespace), nil
+			return nil, false, fmt.Sprintf("namespace %s does not exist here (create it, or map %s with namespaceMapping)", key.Namespace, r.Namespace), nil
 		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
-			return nil, fmt.Sprintf("the API server refused its Backup %s: %v", key, err), nil
+			return nil, false, fmt.Sprintf("the API server refused its Backup %s: %v", key, err), nil
 		default:
-			return nil, "", fmt.Errorf("creating imported Backup %s: %w", key, err)
+			return nil, false, "", fmt.Errorf("creating imported Backup %s: %w", key, err)
 		}
-	} else if b.Annotations[backupsv1.AnnotationSourceUID] != string(r.UID) || b.Annotations[backupsv1.AnnotationSourceCluster] != r.SourceCluster.ID {
-		return nil, fmt.Sprintf("Backup %s was imported from another record (%s); it is left alone", key, b.Annotations[backupsv1.AnnotationRecord]), nil
+	} else if !c.importOf(b, e) {
+		return nil, false, fmt.Sprintf("Backup %s was imported from another record (%s); it is left alone", key, b.Annotations[backupsv1.AnnotationRecord]), nil
 	}
 	if b.Adopted() && c.Finalizer != "" && !controllerutil.ContainsFinalizer(b, c.Finalizer) && b.DeletionTimestamp.IsZero() {
 		orig := b.DeepCopy()
 		b.Finalizers = append(b.Finalizers, c.Finalizer)
 		if err := c.Client.Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return nil, "", fmt.Errorf("adding the finalizer to adopted Backup %s: %w", key, err)
+			return nil, false, "", fmt.Errorf("adding the finalizer to adopted Backup %s: %w", key, err)
 		}
 	}
 	if b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil {
-		return b, "", nil
+		return b, created, "", nil
 	}
 	orig := b.DeepCopy()
 	b.Status.Phase = backupsv1.BackupReady
@@ -220,9 +229,16 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue,
 		Reason: ReasonImported, Message: fmt.Sprintf("Imported from the record %s, written by cluster %s", e.Location, clusterName(r.SourceCluster))})
 	if _, err := PatchStatus(ctx, c.Client, b, orig); err != nil {
-		return nil, "", fmt.Errorf("recording the artifact of imported Backup %s: %w", key, err)
+		return nil, false, "", fmt.Errorf("recording the artifact of imported Backup %s: %w", key, err)
 	}
-	return b, "", nil
+	return b, created, "", nil
+}
+
+// importOf tells whether b is this catalog's import of the record e.
+func (c *Catalog) importOf(b *backupsv1.Backup, e CatalogEntry) bool {
+	return b.Imported() && b.Labels[backupsv1.LabelManagedBy] == c.Driver && b.Labels[backupsv1.LabelCatalog] == backupsv1.LabelValue(c.Name) &&
+		b.Annotations[backupsv1.AnnotationSourceCluster] == e.Record.SourceCluster.ID &&
+		b.Annotations[backupsv1.AnnotationSourceUID] == string(e.Record.UID) && b.Annotations[backupsv1.AnnotationRecord] == e.Location
 }
 
 // imported is the Backup a record makes here.

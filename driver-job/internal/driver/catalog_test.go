@@ -233,6 +233,24 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
 	require.Equal(t, int32(0), strat.Status.Catalog.Created)
 
+	// A cache that has not seen the imported Backups yet (the list comes back empty): the creates
+	// find them, they are recognised as this catalog's imports, and nothing changes.
+	stale := interceptor.NewClient(cl.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*backupsv1.BackupList); ok {
+				return nil
+			}
+			return c.List(ctx, list, opts...)
+		}})
+	staleCat := &driver.Catalog{Client: stale, Live: cl, Recorder: f.rec, Clock: f.clock, Namespace: driverNS.Name, Kit: kit}
+	_, err = staleCat.Reconcile(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
+	require.Equal(t, jobapi.CatalogStatus{LastSyncTime: strat.Status.Catalog.LastSyncTime, Records: 9, Imported: 2, Own: 1, Skipped: 6}, *strat.Status.Catalog)
+	for name, b := range imported() {
+		require.Equal(t, after[name].ResourceVersion, b.ResourceVersion, "%s is not written again", name)
+	}
+
 	// Adopted: the Backup becomes this cluster's, and its deletion will delete the artifact.
 	b := after["nightly-02"]
 	b.Annotations[backupsv1.AnnotationAdopted] = "true"
