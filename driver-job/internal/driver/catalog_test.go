@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,11 +157,10 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, existing))
 
 	// A crash between creating the first Backup and writing its status: the status write fails once.
-	failed := false
+	var failed atomic.Bool // the sync writes Backups from several goroutines
 	crashing := interceptor.NewClient(cl.(client.WithWatch), interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			if _, ok := obj.(*backupsv1.Backup); ok && !failed {
-				failed = true
+			if _, ok := obj.(*backupsv1.Backup); ok && failed.CompareAndSwap(false, true) {
 				return errors.New("the process died here")
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
