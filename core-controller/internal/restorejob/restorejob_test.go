@@ -113,6 +113,10 @@ func TestUnclaimedRestoreJobsFail(t *testing.T) {
 	assert.Equal(t, failedBefore+1, testutil.ToFloat64(metrics.UnclaimedFailed.WithLabelValues(h.ns, "RestoreJob", backupsv1.ReasonBackupNotFound)))
 	assert.Contains(t, h.logs.String(), `"msg"="Failed unclaimed RestoreJob" "restoreJob"={"name"="missing" "namespace"="`+h.ns+`"} "reason"="BackupNotFound"`)
 
+	// orphan may have been created a second after missing: its own claim timeout, then.
+	if at := orphan.CreationTimestamp.Add(time.Minute); at.After(h.clock.Now()) {
+		h.clock.SetTime(at)
+	}
 	h.run(orphan)
 	assert.Equal(t, backupsv1.RestoreJobFailed, orphan.Status.Phase)
 	c := meta.FindStatusCondition(orphan.Status.Conditions, backupsv1.ConditionReady)
