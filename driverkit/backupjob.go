@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -280,15 +279,13 @@ func orDefault(s, def string) string {
 	return s
 }
 
-var checksumPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
 func validArtifact(a backupsv1.BackupArtifact) error {
 	switch {
 	case a.URI == "":
 		return errors.New("no URI")
 	case a.SizeBytes < 0:
 		return fmt.Errorf("negative size %d", a.SizeBytes)
-	case a.Checksum != "" && !checksumPattern.MatchString(a.Checksum):
+	case a.Checksum != "" && !backupsv1.IsChecksum(a.Checksum):
 		return fmt.Errorf("checksum %q is not sha256:<64 hex digits>", a.Checksum)
 	}
 	return nil

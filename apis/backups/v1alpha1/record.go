@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -109,6 +110,30 @@ func (r *ArtifactRecord) Marshal() ([]byte, error) {
 // with no unknown field, of a format this package reads, with valid names, a Backup spec that has
 // its required fields, and an artifact with a URI and a well-formed checksum.
 func ParseArtifactRecord(data []byte) (*ArtifactRecord, error) {
+	r, err := decodeRecord(data)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.Validate()
+}
+
+// ParseRecordTemplate decodes and validates a record template (Kit.RecordTemplate): a record
+// without its artifact, which its backup process fills in. It is checked as the record it will
+// become, with a stand-in artifact and time, so that a bad template fails before anything is
+// stored.
+func ParseRecordTemplate(data []byte) (*ArtifactRecord, error) {
+	r, err := decodeRecord(data)
+	if err != nil {
+		return nil, err
+	}
+	check := *r
+	check.Spec.TakenAt = metav1.Now()
+	check.Artifact = BackupArtifact{URI: "s3://bucket/key"}
+	return r, check.Validate()
+}
+
+// decodeRecord decodes one record: at most MaxRecordBytes, one JSON object, no unknown field.
+func decodeRecord(data []byte) (*ArtifactRecord, error) {
 	if len(data) > MaxRecordBytes {
 		return nil, fmt.Errorf("the record is %d bytes, more than %d", len(data), MaxRecordBytes)
 	}
@@ -121,10 +146,14 @@ func ParseArtifactRecord(data []byte) (*ArtifactRecord, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("the record has data after its JSON object")
 	}
-	return r, r.Validate()
+	return r, nil
 }
 
-var recordChecksum = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+var checksumPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// IsChecksum tells whether s is a checksum as status.artifact.checksum holds it: "sha256:" and 64
+// lower-case hex digits (the CRD's pattern).
+func IsChecksum(s string) bool { return checksumPattern.MatchString(s) }
 
 // Validate checks what a cluster relies on when it imports the record.
 func (r *ArtifactRecord) Validate() error {
@@ -164,7 +193,7 @@ func (r *ArtifactRecord) Validate() error {
 		return fmt.Errorf("the record's artifact URI is empty or longer than 2048 characters")
 	case r.Artifact.SizeBytes < 0:
 		return fmt.Errorf("the record's artifact size is negative")
-	case r.Artifact.Checksum != "" && !recordChecksum.MatchString(r.Artifact.Checksum):
+	case r.Artifact.Checksum != "" && !IsChecksum(r.Artifact.Checksum):
 		return fmt.Errorf("the record's artifact checksum %q is not sha256:<64 hex digits>", r.Artifact.Checksum)
 	}
 	return nil

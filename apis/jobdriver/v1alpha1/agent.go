@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
 
 // The Job driver sets these environment variables in every container of the Jobs it creates, so
@@ -124,8 +126,6 @@ const (
 
 var metadataKeyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
-var checksumPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
 // MaxReportBytes bounds a report; Kubernetes keeps at most 4096 bytes of a termination message.
 const MaxReportBytes = 4096
 
@@ -174,7 +174,7 @@ func (r *ArtifactReport) Validate() error {
 		return fmt.Errorf("report field uri %q needs a scheme and a host (bucket), e.g. s3://bucket/key", r.URI)
 	case r.SizeBytes < 0:
 		return fmt.Errorf("report field sizeBytes is negative (%d)", r.SizeBytes)
-	case !checksumPattern.MatchString(r.Checksum):
+	case !backupsv1.IsChecksum(r.Checksum):
 		return fmt.Errorf("report field checksum %q is not sha256: followed by 64 lower-case hex digits", r.Checksum)
 	case len(r.Metadata) > MaxMetadataEntries:
 		return fmt.Errorf("report field metadata has %d entries, more than %d", len(r.Metadata), MaxMetadataEntries)

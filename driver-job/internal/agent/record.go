@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -18,21 +17,10 @@ import (
 // it, so that listing a prefix lists both, and a cleanup deletes both.
 func RecordKey(key string) string { return key + jobv1.RecordSuffix }
 
-// ParseRecordTemplate decodes the driver's record template (COFFER_RECORD): an ArtifactRecord of
-// the Backup to be, without its artifact.
+// ParseRecordTemplate decodes and checks the driver's record template (COFFER_RECORD).
 func ParseRecordTemplate(text string) (*backupsv1.ArtifactRecord, error) {
-	r := &backupsv1.ArtifactRecord{}
-	dec := json.NewDecoder(bytes.NewReader([]byte(text)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(r); err != nil {
-		return nil, fmt.Errorf("%s is not an ArtifactRecord: %w", jobv1.EnvRecord, err)
-	}
-	// Checked now with a stand-in artifact and time, so that a bad template fails the backup
-	// before anything is uploaded.
-	check := *r
-	check.Spec.TakenAt = metav1.Now()
-	check.Artifact = backupsv1.BackupArtifact{URI: "s3://bucket/key"}
-	if err := check.Validate(); err != nil {
+	r, err := backupsv1.ParseRecordTemplate([]byte(text))
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", jobv1.EnvRecord, err)
 	}
 	return r, nil

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,7 +131,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 		return driverkit.CatalogResult{}, "", err
 	}
 	cat := driverkit.Catalog{Client: c.Client, Driver: names.DriverName, Name: strat.Name,
-		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptrTo(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
+		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
 		NamespaceMapping: map[string]string{}}
 	for from, to := range src.NamespaceMapping {
 		cat.NamespaceMapping[from] = string(to)
@@ -268,5 +269,3 @@ func readRecord(ctx context.Context, s3 *minio.Client, bucket, key, etag string)
 	r, perr := backupsv1.ParseArtifactRecord(data)
 	return knownRecord{etag: etag, record: r, err: perr}, nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
