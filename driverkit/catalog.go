@@ -6,11 +6,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -290,4 +293,40 @@ func (r CatalogResult) SkippedSummary(max int) string {
 		parts = append(parts, k+": "+r.Skipped[k])
 	}
 	return strings.Join(parts, "; ")
+}
+
+// CatalogReport is what a catalog sync says on the strategy that enables it: its CatalogSynced
+// condition and, after a sync that ended, its counts.
+type CatalogReport struct {
+	Condition metav1.Condition
+	Status    *backupsv1.CatalogStatus // nil when the sync failed
+}
+
+// ReportCatalog makes the report of a sync of the catalog of obj (generation gen) that read the
+// records of where (the storage, as a user names it): res when err is nil; else err, said with
+// reason (a storage or credentials fault, or an incomplete read). It emits a Warning event on obj
+// for a failed sync and for skipped records.
+func ReportCatalog(rec events.EventRecorder, obj runtime.Object, gen int64, now metav1.Time, where string, res CatalogResult, reason string, err error) CatalogReport {
+	cond := metav1.Condition{Type: backupsv1.ConditionCatalogSynced, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonCatalogSynced, ObservedGeneration: gen}
+	if err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, err.Error()
+		rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Catalog", "%s", err.Error())
+		return CatalogReport{Condition: cond}
+	}
+	cond.Message = fmt.Sprintf("%d record(s) in %s: %d imported Backup(s) (%d new, %d removed), %d of this cluster, %d skipped",
+		res.Records, where, res.Imported, res.Created, res.Removed, res.Own, len(res.Skipped))
+	if len(res.Skipped) > 0 {
+		cond.Message += ": " + res.SkippedSummary(10)
+		rec.Eventf(obj, nil, corev1.EventTypeWarning, "RecordsSkipped", "Catalog", "%d record(s) not imported: %s", len(res.Skipped), res.SkippedSummary(5))
+	}
+	return CatalogReport{Condition: cond, Status: &backupsv1.CatalogStatus{LastSyncTime: &now, Records: int32(res.Records), Imported: int32(res.Imported),
+		Created: int32(res.Created), Removed: int32(res.Removed), Own: int32(res.Own), Skipped: int32(len(res.Skipped))}}
+}
+
+// CatalogInterval is the time between two syncs: intervalSeconds, or the default.
+func CatalogInterval(intervalSeconds *int32) time.Duration {
+	if intervalSeconds != nil {
+		return time.Duration(*intervalSeconds) * time.Second
+	}
+	return time.Duration(backupsv1.DefaultCatalogInterval) * time.Second
 }

@@ -12,12 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/components"
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/node"
@@ -29,7 +31,7 @@ import (
 // is destroyed. Cluster B (a fresh etcd, API server and kubelet; the same MinIO data) installs
 // Coffer and a strategy whose catalog points at the bucket: the Backup appears, mapped into
 // another namespace, read-only; a RestoreJob restores the data byte for byte on B's node; the
-// next sync creates nothing new; deleting the imported Backup leaves A's artifact and record in
+// verifier of B verifies the imported Backup; the next sync creates nothing new; deleting the imported Backup leaves A's artifact and record in
 // the bucket, and the sync brings the Backup back.
 func TestDisasterRecoveryOnARealNode(t *testing.T) {
 	node.Require(t)
@@ -75,7 +77,7 @@ func TestDisasterRecoveryOnARealNode(t *testing.T) {
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": velerostack.AccessKey, "AWS_SECRET_ACCESS_KEY": velerostack.SecretKey}}))
 	stratB := b.strategy("files")
 	stratB.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + b.s3.S3Endpoint, Bucket: bucket, CredentialsSecretName: "catalog-readonly",
-		NamespaceMapping: map[string]jobapi.NamespaceName{nsA: jobapi.NamespaceName(nsB)}, IntervalSeconds: ptr.To[int32](10),
+		NamespaceMapping: map[string]backupsv1.NamespaceName{nsA: backupsv1.NamespaceName(nsB)}, IntervalSeconds: ptr.To[int32](10),
 		Parameters: b.params()} // B's class parameters: B reaches the bucket at another address
 	require.NoError(t, b.cl.Create(ctx, stratB))
 	b.class(t, "files", stratB)
@@ -100,6 +102,24 @@ func TestDisasterRecoveryOnARealNode(t *testing.T) {
 	b.wait(t, "the RestoreJob on B", rj, rj.IsTerminal)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	require.Equal(t, original, tree(t, b.dir(nsB, "shop")), "every file of A's application, identical, on B")
+
+	// B's verifier proves the imported Backup: the artifact A wrote, read from the bucket, has the
+	// size and SHA-256 of the record.
+	t.Setenv("AWS_ACCESS_KEY_ID", velerostack.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", velerostack.SecretKey)
+	verifier, err := components.Launch(root, work, b.n.Cluster.Kubeconfig, components.Spec{Module: "verifier", Binary: "verifier",
+		Namespace: "ugallu-system", Args: []string{"--cluster-id=recovery", "--s3-endpoint=http://" + b.s3.S3Endpoint, "--etcd-snapshot-dir=" + t.TempDir()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { components.StopAndCheck(t, verifier) })
+	vr := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "verify-imported", Namespace: nsB}, Spec: securityv1.BackupVerifyRunSpec{
+		Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: imported.Name}, Mode: securityv1.ModeChecksumOnly,
+		Timeout: &metav1.Duration{Duration: 3 * time.Minute}}}
+	require.NoError(t, b.cl.Create(ctx, vr))
+	b.waitFor(t, "the verification of the imported Backup", vr, func() bool { return vr.Status.Phase.IsTerminal() })
+	require.Equal(t, securityv1.RunSucceeded, vr.Status.Phase, "%+v\nverifier log:\n%s", vr.Status, verifier.Tail())
+	b.waitFor(t, "the Verified condition of the imported Backup", imported, func() bool {
+		return meta.IsStatusConditionTrue(imported.Status.Conditions, backupsv1.ConditionVerified)
+	})
 
 	// The next sync creates nothing new.
 	strat := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: stratB.Name}}

@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
 
 // JobBackupStrategySpec says how the Job driver runs a backup, restore or cleanup as a batch/v1 Job.
@@ -105,7 +107,7 @@ type CatalogSource struct {
 	// does not exist here is skipped (the sync never creates namespaces) and reported.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=256
-	NamespaceMapping map[string]NamespaceName `json:"namespaceMapping,omitempty"`
+	NamespaceMapping map[string]backupsv1.NamespaceName `json:"namespaceMapping,omitempty"`
 
 	// parameters are the class parameters restores of imported Backups render their templates
 	// with (their driverMetadata "param.<key>"), in place of the snapshot the record holds: a
@@ -123,20 +125,11 @@ type CatalogSource struct {
 	IntervalSeconds *int32 `json:"intervalSeconds,omitempty"`
 }
 
-// NamespaceName is the name of a namespace.
-// +kubebuilder:validation:MinLength=1
-// +kubebuilder:validation:MaxLength=63
-// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-type NamespaceName string
-
-// DefaultCatalogInterval is the time between two catalog syncs when intervalSeconds is unset.
-const DefaultCatalogInterval = 300
-
 // JobBackupStrategyStatus is what the driver observed of a strategy.
 type JobBackupStrategyStatus struct {
 	// catalog is the outcome of the last catalog sync, when spec.catalog is set.
 	// +optional
-	Catalog *CatalogStatus `json:"catalog,omitempty"`
+	Catalog *backupsv1.CatalogStatus `json:"catalog,omitempty"`
 
 	// conditions: CatalogSynced (True after a sync that read every record; False with the reason
 	// a sync failed or was incomplete).
@@ -145,39 +138,6 @@ type JobBackupStrategyStatus struct {
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
-
-// CatalogStatus counts what the last catalog sync found.
-type CatalogStatus struct {
-	// lastSyncTime is when the last sync ended.
-	// +optional
-	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
-	// records is how many records the bucket holds under the prefix.
-	Records int32 `json:"records"`
-	// imported is how many Backups of this catalog exist (made by this or an earlier sync).
-	Imported int32 `json:"imported"`
-	// created and removed are the Backups the last sync created, and removed because their
-	// record (and so their artifact) is gone from the bucket.
-	Created int32 `json:"created"`
-	Removed int32 `json:"removed"`
-	// own is how many records this cluster wrote itself (never imported).
-	Own int32 `json:"own"`
-	// skipped is how many records were not imported (invalid, a Backup of the same name that is
-	// not their import, a missing namespace); the CatalogSynced message and Warning events say
-	// which and why.
-	Skipped int32 `json:"skipped"`
-}
-
-// Condition type and reasons of a strategy's catalog.
-const (
-	ConditionCatalogSynced = "CatalogSynced"
-	// ReasonCatalogSynced: every record was read; skipped ones are counted and named in events.
-	ReasonCatalogSynced = "Synced"
-	// ReasonCatalogUnreadable: the bucket or a record could not be read (credentials, endpoint,
-	// network); nothing was removed.
-	ReasonCatalogUnreadable = "StorageUnreadable"
-	// ReasonCatalogCredentials: the credentials Secret is missing or lacks a key.
-	ReasonCatalogCredentials = "CredentialsInvalid"
-)
 
 // ArtifactOptions is how the agent stores artifacts.
 type ArtifactOptions struct {

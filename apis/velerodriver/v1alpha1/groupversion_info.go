@@ -36,4 +36,13 @@ const (
 	MetaBackupName      = "veleroBackupName"
 	MetaNamespace       = "veleroNamespace"
 	MetaStorageLocation = "backupStorageLocationName"
+	// MetaSourceNamespace is, on a Backup imported from another cluster (contract BK-12) into
+	// another namespace, the namespace the Velero backup holds: restores map it onto their target.
+	MetaSourceNamespace = "sourceNamespace"
 )
+
+// AnnotationRecord on a velero.io Backup holds the record of the Coffer Backup it makes (contract
+// BK-11), without its artifact: Velero stores the annotation with the backup's metadata in its
+// storage location, and a cluster that syncs that location reads it back (its catalog measures the
+// artifact again).
+const AnnotationRecord = "velerodriver.backups.cozystack.io/record"

@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
@@ -72,35 +71,20 @@ func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if src == nil || !strat.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	interval := time.Duration(jobapi.DefaultCatalogInterval) * time.Second
-	if src.IntervalSeconds != nil {
-		interval = time.Duration(*src.IntervalSeconds) * time.Second
-	}
 	orig := strat.DeepCopy()
 	res, reason, err := c.sync(ctx, strat)
-	cond := metav1.Condition{Type: jobapi.ConditionCatalogSynced, Status: metav1.ConditionTrue, Reason: jobapi.ReasonCatalogSynced, ObservedGeneration: strat.Generation}
-	switch {
-	case err != nil && reason == "":
+	if err != nil && reason == "" {
 		return reconcile.Result{}, err // an API error: retried with backoff
-	case err != nil:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, err.Error()
-		c.Recorder.Eventf(strat, nil, corev1.EventTypeWarning, reason, "Catalog", "%s", err.Error())
-	default:
-		cond.Message = fmt.Sprintf("%d record(s) in s3://%s/%s: %d imported Backup(s) (%d new, %d removed), %d of this cluster, %d skipped",
-			res.Records, src.Bucket, src.Prefix, res.Imported, res.Created, res.Removed, res.Own, len(res.Skipped))
-		if len(res.Skipped) > 0 {
-			cond.Message += ": " + res.SkippedSummary(10)
-			c.Recorder.Eventf(strat, nil, corev1.EventTypeWarning, "RecordsSkipped", "Catalog", "%d record(s) not imported: %s", len(res.Skipped), res.SkippedSummary(5))
-		}
-		now := metav1.NewTime(c.Clock.Now())
-		strat.Status.Catalog = &jobapi.CatalogStatus{LastSyncTime: &now, Records: int32(res.Records), Imported: int32(res.Imported),
-			Created: int32(res.Created), Removed: int32(res.Removed), Own: int32(res.Own), Skipped: int32(len(res.Skipped))}
 	}
-	meta.SetStatusCondition(&strat.Status.Conditions, cond)
+	report := driverkit.ReportCatalog(c.Recorder, strat, strat.Generation, metav1.NewTime(c.Clock.Now()), fmt.Sprintf("s3://%s/%s", src.Bucket, src.Prefix), res, reason, err)
+	if report.Status != nil {
+		strat.Status.Catalog = report.Status
+	}
+	meta.SetStatusCondition(&strat.Status.Conditions, report.Condition)
 	if err := c.Client.Status().Patch(ctx, strat, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return reconcile.Result{}, fmt.Errorf("writing the catalog status of JobBackupStrategy %s: %w", strat.Name, err)
 	}
-	return reconcile.Result{RequeueAfter: interval}, nil
+	return reconcile.Result{RequeueAfter: driverkit.CatalogInterval(src.IntervalSeconds)}, nil
 }
 
 // sync lists and reads the records and imports them. An error with a reason is the storage's or
@@ -110,21 +94,21 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 	secret := &corev1.Secret{}
 	if err := c.Live.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: src.CredentialsSecretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return driverkit.CatalogResult{}, jobapi.ReasonCatalogCredentials, fmt.Errorf("the credentials Secret %s/%s does not exist", c.Namespace, src.CredentialsSecretName)
+			return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf("the credentials Secret %s/%s does not exist", c.Namespace, src.CredentialsSecretName)
 		}
 		return driverkit.CatalogResult{}, "", fmt.Errorf("reading the credentials Secret %s/%s: %w", c.Namespace, src.CredentialsSecretName, err)
 	}
 	id, key := string(secret.Data[agent.EnvAccessKeyID]), string(secret.Data[agent.EnvSecretAccessKey])
 	if id == "" || key == "" {
-		return driverkit.CatalogResult{}, jobapi.ReasonCatalogCredentials, fmt.Errorf("the credentials Secret %s/%s lacks %s or %s", c.Namespace, src.CredentialsSecretName, agent.EnvAccessKeyID, agent.EnvSecretAccessKey)
+		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf("the credentials Secret %s/%s lacks %s or %s", c.Namespace, src.CredentialsSecretName, agent.EnvAccessKeyID, agent.EnvSecretAccessKey)
 	}
 	s3, err := agent.NewClient(src.Endpoint, src.Region, id, key)
 	if err != nil {
-		return driverkit.CatalogResult{}, jobapi.ReasonCatalogCredentials, fmt.Errorf("the catalog's endpoint: %w", err)
+		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf("the catalog's endpoint: %w", err)
 	}
 	entries, skipped, failed, err := c.read(ctx, s3, strat.Name, src)
 	if err != nil {
-		return driverkit.CatalogResult{}, jobapi.ReasonCatalogUnreadable, err
+		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogUnreadable, err
 	}
 	self, err := c.Kit.SourceCluster(ctx)
 	if err != nil {
@@ -162,7 +146,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 	}
 	res.Records += len(skipped) + failed
 	if failed > 0 {
-		return res, jobapi.ReasonCatalogUnreadable, fmt.Errorf("%d of %d record(s) in s3://%s/%s could not be read (the driver's log names them); the others were imported, and no imported Backup was removed", failed, res.Records, src.Bucket, src.Prefix)
+		return res, backupsv1.ReasonCatalogUnreadable, fmt.Errorf("%d of %d record(s) in s3://%s/%s could not be read (the driver's log names them); the others were imported, and no imported Backup was removed", failed, res.Records, src.Bucket, src.Prefix)
 	}
 	return res, "", nil
 }

@@ -125,7 +125,7 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
 		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
 	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket, Prefix: "cluster-a/",
-		CredentialsSecretName: "catalog-creds", NamespaceMapping: map[string]jobapi.NamespaceName{"tenant-in-a": jobapi.NamespaceName(f.ns)}, IntervalSeconds: ptr.To[int32](60),
+		CredentialsSecretName: "catalog-creds", NamespaceMapping: map[string]backupsv1.NamespaceName{"tenant-in-a": backupsv1.NamespaceName(f.ns)}, IntervalSeconds: ptr.To[int32](60),
 		Parameters: map[string]string{"bucket": "as-b-sees-it"}}
 	require.NoError(t, cl.Update(ctx, f.strategy))
 
@@ -213,9 +213,9 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	st := strat.Status.Catalog
 	require.NotNil(t, st)
 	require.Positive(t, createdBeforeCrash)
-	require.Equal(t, jobapi.CatalogStatus{LastSyncTime: st.LastSyncTime, Records: 9, Imported: 2, Created: 2 - createdBeforeCrash, Own: 1, Skipped: 6}, *st,
+	require.Equal(t, backupsv1.CatalogStatus{LastSyncTime: st.LastSyncTime, Records: 9, Imported: 2, Created: 2 - createdBeforeCrash, Own: 1, Skipped: 6}, *st,
 		"9 records under the prefix; the sync that crashed created some Backups, this one the rest, and no Backup twice")
-	synced := meta.FindStatusCondition(strat.Status.Conditions, jobapi.ConditionCatalogSynced)
+	synced := meta.FindStatusCondition(strat.Status.Conditions, backupsv1.ConditionCatalogSynced)
 	require.NotNil(t, synced)
 	require.Equal(t, metav1.ConditionTrue, synced.Status)
 	for _, why := range []string{"is gone", "not the object beside it", "gone-in-b does not exist", "was not imported from this record", "not backups.cozystack.io/v1alpha1 ArtifactRecord", "its key is not below cluster-a/" + f.ns + "/"} {
@@ -246,7 +246,7 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	_, err = staleCat.Reconcile(ctx, req)
 	require.NoError(t, err)
 	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
-	require.Equal(t, jobapi.CatalogStatus{LastSyncTime: strat.Status.Catalog.LastSyncTime, Records: 9, Imported: 2, Own: 1, Skipped: 6}, *strat.Status.Catalog)
+	require.Equal(t, backupsv1.CatalogStatus{LastSyncTime: strat.Status.Catalog.LastSyncTime, Records: 9, Imported: 2, Own: 1, Skipped: 6}, *strat.Status.Catalog)
 	for name, b := range imported() {
 		require.Equal(t, after[name].ResourceVersion, b.ResourceVersion, "%s is not written again", name)
 	}
@@ -277,9 +277,9 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	_, err = cat.Reconcile(ctx, req)
 	require.NoError(t, err)
 	require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
-	synced = meta.FindStatusCondition(strat.Status.Conditions, jobapi.ConditionCatalogSynced)
+	synced = meta.FindStatusCondition(strat.Status.Conditions, backupsv1.ConditionCatalogSynced)
 	require.Equal(t, metav1.ConditionFalse, synced.Status)
-	require.Equal(t, jobapi.ReasonCatalogCredentials, synced.Reason)
+	require.Equal(t, backupsv1.ReasonCatalogCredentials, synced.Reason)
 	require.Contains(t, synced.Message, "catalog-creds")
 	require.Len(t, imported(), 1)
 }

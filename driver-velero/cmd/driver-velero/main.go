@@ -24,7 +24,7 @@ import (
 // options are the command's flags.
 type options struct {
 	metricsAddr, probeAddr, leaderNS string
-	metricsCertDir                   string
+	metricsCertDir, clusterName      string
 	leaderElect, metricsSecure       bool
 	downloadTimeout                  time.Duration
 	zap                              zap.Options
@@ -39,6 +39,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
 	fs.DurationVar(&o.downloadTimeout, "download-timeout", 2*time.Minute, "How long to wait for Velero to answer a DownloadRequest.")
+	fs.StringVar(&o.clusterName, "cluster-name", "",
+		"A name for this cluster in the record of each Velero backup (beside the UID of its kube-system namespace, which identifies it); optional.")
 	o.zap.BindFlags(fs)
 }
 
@@ -65,7 +67,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := driver.Setup(mgr, &driver.Driver{DownloadTimeout: o.downloadTimeout}); err != nil {
+	if err := driver.Setup(mgr, &driver.Driver{DownloadTimeout: o.downloadTimeout}, o.clusterName); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

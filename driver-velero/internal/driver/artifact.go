@@ -20,7 +20,8 @@ const ReasonDeletionFailed = "DeletionFailed"
 // veleroBackupOf reads the Velero backup behind a Coffer Backup. copied is true when the Backup
 // is a copy: restored from a backup of its own namespace (into a verification sandbox, or back
 // into place), it carries driverMetadata and the finalizer, but the Velero backup was made for the
-// original. A copy never deletes or judges the artifact.
+// original. A copy never deletes or judges the artifact. An imported Backup is no copy: the
+// catalog that made it found the Velero backup (and deletes it only once an admin adopted it).
 // vb is nil when the Velero backup does not exist.
 func (d *Driver) veleroBackupOf(ctx context.Context, b *backupsv1.Backup) (key client.ObjectKey, vb *velerov1.Backup, copied bool, err error) {
 	key = client.ObjectKey{Namespace: b.Spec.DriverMetadata[names.MetaNamespace], Name: b.Spec.DriverMetadata[names.MetaBackupName]}
@@ -35,7 +36,8 @@ func (d *Driver) veleroBackupOf(ctx context.Context, b *backupsv1.Backup) (key c
 	if err != nil {
 		return key, nil, false, err
 	}
-	return key, vb, vb.Annotations[names.AnnotationRun] != b.Namespace+"/"+b.Name, nil
+	// An imported Backup (contract BK-12) names the Velero backup its catalog found: the original.
+	return key, vb, !b.Imported() && vb.Annotations[names.AnnotationRun] != b.Namespace+"/"+b.Name, nil
 }
 
 // CheckArtifact reports whether the Velero backup behind a Ready Backup still exists.

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/strategy"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
 	"github.com/coffer-backup/coffer/driverkit"
 	"github.com/coffer-backup/coffer/velerokit/download"
@@ -92,8 +94,18 @@ func (d *Driver) ensureVeleroBackup(ctx context.Context, run *driverkit.BackupRu
 	if err := d.checkTTL(ctx, job, strat, &spec); err != nil {
 		return nil, err
 	}
+	// The record of the Backup this run makes (contract BK-11) rides with the Velero backup's
+	// metadata into the storage location, and back into any cluster whose Velero syncs it.
+	record, err := d.kit.RecordTemplate(ctx, run, veleroMetadata(key, spec.StorageLocation))
+	if err != nil {
+		return nil, err
+	}
+	text, err := json.Marshal(record)
+	if err != nil {
+		return nil, err
+	}
 	vb = &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: names.JobLabels(job),
-		Annotations: map[string]string{names.AnnotationRun: job.Namespace + "/" + job.Name}}, Spec: spec}
+		Annotations: map[string]string{names.AnnotationRun: job.Namespace + "/" + job.Name, veleroapi.AnnotationRecord: string(text)}}, Spec: spec}
 	if err := d.Client.Create(ctx, vb); err != nil {
 		if apierrors.IsAlreadyExists(err) { // a stale cache: the next reconcile adopts it
 			return nil, fmt.Errorf("velero backup %s appeared concurrently: %w", key, err)
@@ -143,17 +155,18 @@ func (d *Driver) complete(ctx context.Context, run *driverkit.BackupRun[Strategy
 		takenAt = vb.Status.StartTimestamp
 	}
 	return &driverkit.BackupResult{
-		Artifact: *artifact,
-		TakenAt:  takenAt,
-		DriverMetadata: map[string]string{
-			names.MetaBackupName:      vb.Name,
-			names.MetaNamespace:       vb.Namespace,
-			names.MetaStorageLocation: vb.Spec.StorageLocation,
-		},
-		Finalize:   true,
-		Location:   fmt.Sprintf("Velero backup %s/%s is stored in location %s", vb.Namespace, vb.Name, vb.Spec.StorageLocation),
-		Conditions: []metav1.Condition{partial},
+		Artifact:       *artifact,
+		TakenAt:        takenAt,
+		DriverMetadata: veleroMetadata(client.ObjectKeyFromObject(vb), vb.Spec.StorageLocation),
+		Finalize:       true,
+		Location:       fmt.Sprintf("Velero backup %s/%s is stored in location %s", vb.Namespace, vb.Name, vb.Spec.StorageLocation),
+		Conditions:     []metav1.Condition{partial},
 	}, nil
+}
+
+// veleroMetadata is the driver metadata of a Backup of the Velero backup key, stored in location.
+func veleroMetadata(key client.ObjectKey, location string) map[string]string {
+	return map[string]string{names.MetaBackupName: key.Name, names.MetaNamespace: key.Namespace, names.MetaStorageLocation: location}
 }
 
 // measure streams the backup tarball once through a DownloadRequest and returns its artifact. An

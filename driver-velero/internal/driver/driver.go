@@ -27,6 +27,13 @@ package driver
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch
 
+// The records of artifacts and the catalog (contract BK-11, BK-12): the driver reads the UID of
+// kube-system uncached, by name, as this cluster's identity; the catalog writes the status of the
+// strategies that enable it, and deletes the Backups it imported whose Velero backup is gone.
+// +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
+// +kubebuilder:rbac:groups=velerodriver.backups.cozystack.io,resources=velerobackupstrategies/status,verbs=patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=delete
+
 import (
 	"net/http"
 	"time"
@@ -36,6 +43,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -65,6 +73,8 @@ type Driver struct {
 	HTTP *http.Client
 	// DownloadTimeout bounds the wait for Velero to answer a DownloadRequest.
 	DownloadTimeout time.Duration
+
+	kit *Kit // the kit running this driver (New sets it): records of artifacts
 }
 
 var _ driverkit.Driver[Strategy] = (*Driver)(nil)
@@ -85,7 +95,7 @@ var metrics = driverkit.NewMetrics("coffer_velero", names.DriverName, nil)
 // New returns the kit running d; SetupWithManager fills what is left unset from the manager.
 func New(d *Driver) *Kit {
 	toRun := handler.EnqueueRequestsFromMapFunc(names.RunOf)
-	return &Kit{
+	d.kit = &Kit{
 		Name:        names.DriverName,
 		Strategy:    driverkit.StrategyKind{Group: veleroapi.Group, Kind: veleroapi.Kind},
 		NewStrategy: func() Strategy { return &veleroapi.VeleroBackupStrategy{} },
@@ -99,10 +109,12 @@ func New(d *Driver) *Kit {
 		RestoreJobWatches: []driverkit.Watch{{Object: &velerov1.Restore{}, Handler: toRun}},
 		BackupWatches:     []driverkit.Watch{{Object: &velerov1.Backup{}, Handler: toRun}, {Object: &velerov1.DeleteBackupRequest{}, Handler: toRun}},
 	}
+	return d.kit
 }
 
-// Setup registers the driver with a manager.
-func Setup(mgr ctrl.Manager, d *Driver) error {
+// Setup registers the driver with a manager: the kit's controllers and the catalog's. clusterName
+// names this cluster in the records of its artifacts (optional).
+func Setup(mgr ctrl.Manager, d *Driver, clusterName string) error {
 	if d.Client == nil {
 		d.Client = mgr.GetClient()
 	}
@@ -112,7 +124,13 @@ func Setup(mgr ctrl.Manager, d *Driver) error {
 	if d.Recorder == nil {
 		d.Recorder = mgr.GetEventRecorder(names.DriverName)
 	}
-	return New(d).SetupWithManager(mgr)
+	k := New(d)
+	k.ClusterName = clusterName
+	k.APIReader = mgr.GetAPIReader()
+	if err := k.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&Catalog{Driver: d, Clock: clock.RealClock{}}).SetupWithManager(mgr)
 }
 
 // Deadline is the strategy's deadline, DefaultDeadline when unset.

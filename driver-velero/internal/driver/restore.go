@@ -85,10 +85,15 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 		return nil, err
 	}
 
+	// The namespace the Velero backup holds: the Backup's own, unless it was imported into another
+	// (contract BK-12), whose catalog wrote the original in the driver metadata.
 	source := backup.Namespace
+	if ns := backup.Spec.DriverMetadata[names.MetaSourceNamespace]; ns != "" && backup.Imported() {
+		source = ns
+	}
 	target := rj.TargetNamespace()
 	app := backup.Spec.ApplicationRef // the target application too: sameApplication refused any other
-	if target != source && rj.Spec.Options[OptionAllowExistingTarget] != "true" {
+	if target != backup.Namespace && rj.Spec.Options[OptionAllowExistingTarget] != "true" {
 		_, err := driverkit.Application(ctx, d.Client, target, app)
 		if err == nil {
 			return nil, driverkit.Failf(backupsv1.ReasonFailed,
@@ -102,7 +107,7 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	spec := velerov1.RestoreSpec{}
 	if strat.Spec.RestoreTemplate != nil {
 		appObj := map[string]any{"metadata": map[string]any{"name": app.Name, "namespace": target}}
-		if live, err := driverkit.Application(ctx, d.Client, source, backup.Spec.ApplicationRef); err == nil {
+		if live, err := driverkit.Application(ctx, d.Client, backup.Namespace, backup.Spec.ApplicationRef); err == nil {
 			appObj = live.Object
 		}
 		backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(backup)

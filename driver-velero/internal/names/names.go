@@ -24,6 +24,7 @@ const (
 	MetaBackupName      = velerodriverv1.MetaBackupName
 	MetaNamespace       = velerodriverv1.MetaNamespace
 	MetaStorageLocation = velerodriverv1.MetaStorageLocation
+	MetaSourceNamespace = velerodriverv1.MetaSourceNamespace
 )
 
 // ParamStorageLocation is the BackupClass parameter naming the Velero BackupStorageLocation.

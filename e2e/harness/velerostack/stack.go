@@ -34,6 +34,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -350,6 +352,50 @@ func newServingCert(host string) (caPEM, certPEM, keyPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
+// MoveTo stops the Velero server and starts it against cluster c instead, as a recovery cluster
+// runs Velero after its source is lost: Velero installed there with a storage location on the same
+// bucket and prefix, ReadOnly when readOnly (Velero then never deletes from it), synced every
+// syncPeriod. It returns once the location is Available; Velero's sync then brings the backups of
+// the location into c.
+func (s *Stack) MoveTo(ctx context.Context, c *cluster.Cluster, readOnly bool, syncPeriod time.Duration) error {
+	if s.cl == nil {
+		return errors.New("velerostack: a MinIO-only stack has no Velero server")
+	}
+	s.StopVelero()
+	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme})
+	if err != nil {
+		return err
+	}
+	// A cluster that ran Velero before (moving back) keeps its installation as it is.
+	existing := &unstructured.Unstructured{}
+	existing.SetAPIVersion("velero.io/v1")
+	existing.SetKind("BackupStorageLocation")
+	err = cl.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: BSLName}, existing)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		spec := map[string]any{"backupSyncPeriod": syncPeriod.String()}
+		if readOnly {
+			spec["accessMode"] = "ReadOnly"
+		}
+		if err := installVeleroWith(ctx, cl, filepath.Join(s.assets, "velero"), s.S3Endpoint, spec); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	}
+	for i, a := range s.veleroArgs {
+		if strings.HasPrefix(a, "--kubeconfig=") {
+			s.veleroArgs[i] = "--kubeconfig=" + c.Kubeconfig
+		}
+	}
+	s.cl = cl
+	since := time.Now()
+	if err := s.StartVelero(ctx); err != nil {
+		return err
+	}
+	return s.waitValidated(ctx, since, 2*time.Minute)
+}
+
 // startVelero starts the Velero server with the stack's flags.
 func (s *Stack) startVelero() error {
 	var err error
@@ -503,6 +549,11 @@ func InstallCRDs(ctx context.Context, cl client.Client, velero string) error {
 // installVelero applies Velero's CRDs, its namespace, credentials, storage location, and the
 // zero-replica Deployment its restore actions look up.
 func installVelero(ctx context.Context, cl client.Client, velero, endpoint string) error {
+	return installVeleroWith(ctx, cl, velero, endpoint, nil)
+}
+
+// installVeleroWith installs Velero with extra fields in its storage location's spec.
+func installVeleroWith(ctx context.Context, cl client.Client, velero, endpoint string, bslSpec map[string]any) error {
 	if err := InstallCRDs(ctx, cl, velero); err != nil {
 		return err
 	}
@@ -518,6 +569,9 @@ func installVelero(ctx context.Context, cl client.Client, velero, endpoint strin
 			"config":        map[string]any{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": "http://" + endpoint},
 		},
 	}}
+	for k, v := range bslSpec {
+		bsl.Object["spec"].(map[string]any)[k] = v
+	}
 	for _, o := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
 		&appsv1.Deployment{

@@ -1,0 +1,257 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/driverkit"
+	"github.com/coffer-backup/coffer/velerokit/download"
+)
+
+// DefaultMeasureThreads is how many tarballs a catalog sync measures at once.
+const DefaultMeasureThreads = 4
+
+// Catalog keeps the catalogs of VeleroBackupStrategies with spec.catalog (contract BK-12). It
+// builds on Velero's own sync of its storage locations: the Velero backups Velero brings back from
+// storage carry the record of their Coffer Backup (AnnotationRecord, written when the driver
+// created them in the source cluster). The catalog reads those records, measures each tarball it
+// has not measured yet (the record cannot hold a checksum Velero stored before it was known), and
+// hands them to driverkit's Catalog, which imports the Backups of other clusters.
+type Catalog struct {
+	// Driver measures tarballs; its Client, Recorder and kit serve the catalog too.
+	Driver *Driver
+	Clock  clock.PassiveClock
+	// MeasureThreads is how many tarballs are measured at once (default DefaultMeasureThreads).
+	MeasureThreads int
+}
+
+// SetupWithManager registers the catalog controller. Spec changes wake it, and so do Velero
+// backups with a record that appear or go (Velero's sync, a deletion); its own status writes and
+// the updates of Velero backups do not.
+func (c *Catalog) SetupWithManager(mgr ctrl.Manager) error {
+	recorded := predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return e.Object.GetAnnotations()[veleroapi.AnnotationRecord] != "" },
+		DeleteFunc:  func(e event.DeleteEvent) bool { return e.Object.GetAnnotations()[veleroapi.AnnotationRecord] != "" },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named(names.DriverName+"-catalog").
+		For(&veleroapi.VeleroBackupStrategy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&velerov1.Backup{}, handler.EnqueueRequestsFromMapFunc(c.catalogsOf), builder.WithPredicates(recorded)).
+		Complete(c)
+}
+
+// catalogsOf maps a Velero backup to the strategies whose catalog reads its namespace.
+func (c *Catalog) catalogsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &veleroapi.VeleroBackupStrategyList{}
+	if err := c.Driver.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the VeleroBackupStrategies of catalogs")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		s := &list.Items[i]
+		if s.Spec.Catalog != nil && veleroNamespace(s) == o.GetNamespace() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(s)})
+		}
+	}
+	return reqs
+}
+
+// Reconcile syncs one strategy's catalog and comes back after its interval.
+func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	d := c.Driver
+	strat := &veleroapi.VeleroBackupStrategy{}
+	if err := d.Client.Get(ctx, req.NamespacedName, strat); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	src := strat.Spec.Catalog
+	if src == nil || !strat.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	orig := strat.DeepCopy()
+	res, reason, err := c.sync(ctx, strat)
+	if err != nil && reason == "" {
+		return reconcile.Result{}, err // an API error: retried with backoff
+	}
+	where := "the Velero backups of namespace " + veleroNamespace(strat)
+	if src.StorageLocation != "" {
+		where += ", location " + src.StorageLocation
+	}
+	report := driverkit.ReportCatalog(d.Recorder, strat, strat.Generation, metav1.NewTime(c.Clock.Now()), where, res, reason, err)
+	if report.Status != nil {
+		strat.Status.Catalog = report.Status
+	}
+	meta.SetStatusCondition(&strat.Status.Conditions, report.Condition)
+	if err := d.Client.Status().Patch(ctx, strat, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return reconcile.Result{}, fmt.Errorf("writing the catalog status of VeleroBackupStrategy %s: %w", strat.Name, err)
+	}
+	return reconcile.Result{RequeueAfter: driverkit.CatalogInterval(src.IntervalSeconds)}, nil
+}
+
+// sync reads the records of the synced Velero backups and imports them. An error with a reason is
+// the storage's (a tarball that could not be measured); one without is the API server's.
+func (c *Catalog) sync(ctx context.Context, strat Strategy) (driverkit.CatalogResult, string, error) {
+	d, src := c.Driver, strat.Spec.Catalog
+	self, err := d.kit.SourceCluster(ctx)
+	if err != nil {
+		return driverkit.CatalogResult{}, "", err
+	}
+	vbs := &velerov1.BackupList{}
+	if err := d.Client.List(ctx, vbs, client.InNamespace(veleroNamespace(strat))); err != nil {
+		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Velero backups of namespace %s: %w", veleroNamespace(strat), err)
+	}
+	// What earlier syncs measured is on the Backups they imported: measured once per record.
+	imported := &backupsv1.BackupList{}
+	if err := d.Client.List(ctx, imported, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(strat.Name)}); err != nil {
+		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Backups of catalog %s: %w", strat.Name, err)
+	}
+	measured := map[string]*backupsv1.BackupArtifact{} // record location + source UID → artifact
+	for i := range imported.Items {
+		b := &imported.Items[i]
+		if b.Status.Artifact != nil && b.Labels[backupsv1.LabelManagedBy] == names.DriverName {
+			measured[b.Annotations[backupsv1.AnnotationRecord]+"#"+b.Annotations[backupsv1.AnnotationSourceUID]] = b.Status.Artifact
+		}
+	}
+	skipped := map[string]string{}
+	var (
+		entries   []driverkit.CatalogEntry
+		toMeasure []int // indexes in entries
+	)
+	for i := range vbs.Items {
+		vb := &vbs.Items[i]
+		text, ok := vb.Annotations[veleroapi.AnnotationRecord]
+		if !ok || (src.StorageLocation != "" && vb.Spec.StorageLocation != src.StorageLocation) || vb.Status.Phase == velerov1.BackupPhaseDeleting {
+			continue
+		}
+		location := "velero backup " + vb.Namespace + "/" + vb.Name
+		r, err := backupsv1.ParseRecordTemplate([]byte(text))
+		if err != nil {
+			skipped[location] = err.Error()
+			continue
+		}
+		if r.SourceCluster.ID == self.ID {
+			entries = append(entries, driverkit.CatalogEntry{Record: r, Location: location}) // counted as own, never imported
+			continue
+		}
+		if vb.Status.Phase != velerov1.BackupPhaseCompleted && vb.Status.Phase != velerov1.BackupPhasePartiallyFailed {
+			skipped[location] = fmt.Sprintf("the Velero backup is %s, not Completed", orUnknown(string(vb.Status.Phase)))
+			continue
+		}
+		// The driver confines each backup to its run's namespace: a record that names another
+		// namespace than the backup holds is not one it wrote.
+		if len(vb.Spec.IncludedNamespaces) != 1 || vb.Spec.IncludedNamespaces[0] != r.Namespace {
+			skipped[location] = fmt.Sprintf("the record is of a Backup in namespace %s, but the Velero backup holds %v", r.Namespace, vb.Spec.IncludedNamespaces)
+			continue
+		}
+		// Where the Velero backup is here, whatever the record says: restores read this one.
+		r.Spec.DriverMetadata = veleroMetadata(client.ObjectKeyFromObject(vb), vb.Spec.StorageLocation)
+		r.Spec.DriverMetadata[names.MetaSourceNamespace] = r.Namespace
+		if vb.Status.StartTimestamp != nil { // as the source's Backup has it (complete)
+			r.Spec.TakenAt = *vb.Status.StartTimestamp
+		}
+		entries = append(entries, driverkit.CatalogEntry{Record: r, Location: location})
+		if a := measured[location+"#"+string(r.UID)]; a != nil {
+			r.Artifact = *a
+		} else {
+			toMeasure = append(toMeasure, len(entries)-1)
+		}
+	}
+	failed := c.measureAll(ctx, entries, toMeasure, vbs)
+	valid := entries[:0]
+	for _, e := range entries {
+		if e.Record.SourceCluster.ID == self.ID {
+			valid = append(valid, e)
+			continue
+		}
+		if e.Record.Artifact.Checksum == "" {
+			continue // not measured: counted in failed
+		}
+		if err := e.Record.Validate(); err != nil {
+			skipped[e.Location] = err.Error()
+			continue
+		}
+		valid = append(valid, e)
+	}
+	cat := driverkit.Catalog{Client: d.Client, Driver: names.DriverName, Name: strat.Name, Finalizer: names.Finalizer,
+		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: strat.Name},
+		NamespaceMapping: map[string]string{}}
+	for from, to := range src.NamespaceMapping {
+		cat.NamespaceMapping[from] = string(to)
+	}
+	res, err := cat.Sync(ctx, self, valid, len(failed) == 0)
+	if err != nil {
+		return res, "", err
+	}
+	for k, v := range skipped {
+		res.Skipped[k] = v
+	}
+	res.Records += len(skipped) + len(failed)
+	if len(failed) > 0 {
+		return res, backupsv1.ReasonCatalogUnreadable, fmt.Errorf("%d of %d Velero backup tarball(s) could not be measured (%s); the others were imported, and no imported Backup was removed",
+			len(failed), res.Records, strings.Join(failed[:min(len(failed), 3)], "; "))
+	}
+	return res, "", nil
+}
+
+// measureAll measures the tarballs of the entries at the indexes todo, MeasureThreads at once, and
+// fills in their artifacts; it returns what failed.
+func (c *Catalog) measureAll(ctx context.Context, entries []driverkit.CatalogEntry, todo []int, vbs *velerov1.BackupList) []string {
+	byName := map[string]*velerov1.Backup{}
+	for i := range vbs.Items {
+		byName["velero backup "+vbs.Items[i].Namespace+"/"+vbs.Items[i].Name] = &vbs.Items[i]
+	}
+	threads := c.MeasureThreads
+	if threads <= 0 {
+		threads = DefaultMeasureThreads
+	}
+	var (
+		mu     sync.Mutex
+		failed []string
+		wg     sync.WaitGroup
+	)
+	work := make(chan int)
+	for range min(threads, max(len(todo), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				vb := byName[entries[i].Location]
+				a, err := c.Driver.measure(ctx, vb)
+				_ = download.Cleanup(context.WithoutCancel(ctx), c.Driver.Client, vb.Namespace, names.Download(vb.Name))
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, fmt.Sprintf("%s: %v", entries[i].Location, err))
+				} else {
+					entries[i].Record.Artifact = *a
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, i := range todo {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return failed
+}
