@@ -295,23 +295,23 @@ func (r CatalogResult) SkippedSummary(max int) string {
 	return strings.Join(parts, "; ")
 }
 
-// CatalogReport is what a catalog sync says on the strategy that enables it: its CatalogSynced
+// catalogReport is what a catalog sync says on the strategy that enables it: its CatalogSynced
 // condition and, after a sync that ended, its counts.
-type CatalogReport struct {
+type catalogReport struct {
 	Condition metav1.Condition
 	Status    *backupsv1.CatalogStatus // nil when the sync failed
 }
 
-// ReportCatalog makes the report of a sync of the catalog of obj (generation gen) that read the
+// reportCatalog makes the report of a sync of the catalog of obj (generation gen) that read the
 // records of where (the storage, as a user names it): res when err is nil; else err, said with
 // reason (a storage or credentials fault, or an incomplete read). It emits a Warning event on obj
 // for a failed sync and for skipped records.
-func ReportCatalog(rec events.EventRecorder, obj runtime.Object, gen int64, now metav1.Time, where string, res CatalogResult, reason string, err error) CatalogReport {
+func reportCatalog(rec events.EventRecorder, obj runtime.Object, gen int64, now metav1.Time, where string, res CatalogResult, reason string, err error) catalogReport {
 	cond := metav1.Condition{Type: backupsv1.ConditionCatalogSynced, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonCatalogSynced, ObservedGeneration: gen}
 	if err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, err.Error()
 		rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Catalog", "%s", err.Error())
-		return CatalogReport{Condition: cond}
+		return catalogReport{Condition: cond}
 	}
 	cond.Message = fmt.Sprintf("%d record(s) in %s: %d imported Backup(s) (%d new, %d removed), %d of this cluster, %d skipped",
 		res.Records, where, res.Imported, res.Created, res.Removed, res.Own, len(res.Skipped))
@@ -319,8 +319,30 @@ func ReportCatalog(rec events.EventRecorder, obj runtime.Object, gen int64, now 
 		cond.Message += ": " + res.SkippedSummary(10)
 		rec.Eventf(obj, nil, corev1.EventTypeWarning, "RecordsSkipped", "Catalog", "%d record(s) not imported: %s", len(res.Skipped), res.SkippedSummary(5))
 	}
-	return CatalogReport{Condition: cond, Status: &backupsv1.CatalogStatus{LastSyncTime: &now, Records: int32(res.Records), Imported: int32(res.Imported),
+	return catalogReport{Condition: cond, Status: &backupsv1.CatalogStatus{LastSyncTime: &now, Records: int32(res.Records), Imported: int32(res.Imported),
 		Created: int32(res.Created), Removed: int32(res.Removed), Own: int32(res.Own), Skipped: int32(len(res.Skipped))}}
+}
+
+// SyncCatalog runs one sync of the catalog of strategy obj and writes its report into obj's status
+// (conditions and status, fields of obj) with a status patch. sync returns the result, or an
+// error with a reason (storage, credentials: reported on obj) or without (the API server's:
+// returned, for a retry with backoff). The next sync comes after intervalSeconds.
+func SyncCatalog(ctx context.Context, c client.Client, rec events.EventRecorder, now metav1.Time, obj client.Object, conditions *[]metav1.Condition,
+	status **backupsv1.CatalogStatus, intervalSeconds *int32, where string, sync func() (CatalogResult, string, error)) (ctrl.Result, error) {
+	orig := obj.DeepCopyObject().(client.Object)
+	res, reason, err := sync()
+	if err != nil && reason == "" {
+		return ctrl.Result{}, err
+	}
+	report := reportCatalog(rec, obj, obj.GetGeneration(), now, where, res, reason, err)
+	if report.Status != nil {
+		*status = report.Status
+	}
+	meta.SetStatusCondition(conditions, report.Condition)
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, fmt.Errorf("writing the catalog status of %s: %w", obj.GetName(), err)
+	}
+	return ctrl.Result{RequeueAfter: CatalogInterval(intervalSeconds)}, nil
 }
 
 // CatalogInterval is the time between two syncs: intervalSeconds, or the default.

@@ -10,7 +10,6 @@ import (
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -71,20 +70,8 @@ func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if src == nil || !strat.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	orig := strat.DeepCopy()
-	res, reason, err := c.sync(ctx, strat)
-	if err != nil && reason == "" {
-		return reconcile.Result{}, err // an API error: retried with backoff
-	}
-	report := driverkit.ReportCatalog(c.Recorder, strat, strat.Generation, metav1.NewTime(c.Clock.Now()), fmt.Sprintf("s3://%s/%s", src.Bucket, src.Prefix), res, reason, err)
-	if report.Status != nil {
-		strat.Status.Catalog = report.Status
-	}
-	meta.SetStatusCondition(&strat.Status.Conditions, report.Condition)
-	if err := c.Client.Status().Patch(ctx, strat, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return reconcile.Result{}, fmt.Errorf("writing the catalog status of JobBackupStrategy %s: %w", strat.Name, err)
-	}
-	return reconcile.Result{RequeueAfter: driverkit.CatalogInterval(src.IntervalSeconds)}, nil
+	return driverkit.SyncCatalog(ctx, c.Client, c.Recorder, metav1.NewTime(c.Clock.Now()), strat, &strat.Status.Conditions, &strat.Status.Catalog,
+		src.IntervalSeconds, fmt.Sprintf("s3://%s/%s", src.Bucket, src.Prefix), func() (driverkit.CatalogResult, string, error) { return c.sync(ctx, strat) })
 }
 
 // sync lists and reads the records and imports them. An error with a reason is the storage's or

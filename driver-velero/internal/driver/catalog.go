@@ -8,7 +8,6 @@ import (
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -88,24 +87,12 @@ func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if src == nil || !strat.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
-	orig := strat.DeepCopy()
-	res, reason, err := c.sync(ctx, strat)
-	if err != nil && reason == "" {
-		return reconcile.Result{}, err // an API error: retried with backoff
-	}
 	where := "the Velero backups of namespace " + veleroNamespace(strat)
 	if src.StorageLocation != "" {
 		where += ", location " + src.StorageLocation
 	}
-	report := driverkit.ReportCatalog(d.Recorder, strat, strat.Generation, metav1.NewTime(c.Clock.Now()), where, res, reason, err)
-	if report.Status != nil {
-		strat.Status.Catalog = report.Status
-	}
-	meta.SetStatusCondition(&strat.Status.Conditions, report.Condition)
-	if err := d.Client.Status().Patch(ctx, strat, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return reconcile.Result{}, fmt.Errorf("writing the catalog status of VeleroBackupStrategy %s: %w", strat.Name, err)
-	}
-	return reconcile.Result{RequeueAfter: driverkit.CatalogInterval(src.IntervalSeconds)}, nil
+	return driverkit.SyncCatalog(ctx, d.Client, d.Recorder, metav1.NewTime(c.Clock.Now()), strat, &strat.Status.Conditions, &strat.Status.Catalog,
+		src.IntervalSeconds, where, func() (driverkit.CatalogResult, string, error) { return c.sync(ctx, strat) })
 }
 
 // sync reads the records of the synced Velero backups and imports them. An error with a reason is
