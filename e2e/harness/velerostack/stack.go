@@ -354,10 +354,11 @@ func newServingCert(host string) (caPEM, certPEM, keyPEM []byte, err error) {
 
 // MoveTo stops the Velero server and starts it against cluster c instead, as a recovery cluster
 // runs Velero after its source is lost: Velero installed there with a storage location on the same
-// bucket and prefix, ReadOnly when readOnly (Velero then never deletes from it), synced every
-// syncPeriod. It returns once the location is Available; Velero's sync then brings the backups of
-// the location into c.
-func (s *Stack) MoveTo(ctx context.Context, c *cluster.Cluster, readOnly bool, syncPeriod time.Duration) error {
+// bucket and prefix, ReadOnly when readOnly (Velero then never deletes from it); a cluster moved
+// back to keeps its installation. It returns once the location is Available; Velero's sync then
+// brings the backups of the location into c within about a minute (Velero enqueues its locations
+// for a sync once a minute, a fixed period, and skips one not yet validated).
+func (s *Stack) MoveTo(ctx context.Context, c *cluster.Cluster, readOnly bool) error {
 	if s.cl == nil {
 		return errors.New("velerostack: a MinIO-only stack has no Velero server")
 	}
@@ -373,7 +374,7 @@ func (s *Stack) MoveTo(ctx context.Context, c *cluster.Cluster, readOnly bool, s
 	err = cl.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: BSLName}, existing)
 	switch {
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
-		spec := map[string]any{"backupSyncPeriod": syncPeriod.String()}
+		spec := map[string]any{}
 		if readOnly {
 			spec["accessMode"] = "ReadOnly"
 		}
