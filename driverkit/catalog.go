@@ -342,11 +342,11 @@ func SyncCatalog(ctx context.Context, c client.Client, rec events.EventRecorder,
 	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return ctrl.Result{}, fmt.Errorf("writing the catalog status of %s: %w", obj.GetName(), err)
 	}
-	return ctrl.Result{RequeueAfter: CatalogInterval(intervalSeconds)}, nil
+	return ctrl.Result{RequeueAfter: catalogInterval(intervalSeconds)}, nil
 }
 
-// CatalogInterval is the time between two syncs: intervalSeconds, or the default.
-func CatalogInterval(intervalSeconds *int32) time.Duration {
+// catalogInterval is the time between two syncs: intervalSeconds, or the default.
+func catalogInterval(intervalSeconds *int32) time.Duration {
 	if intervalSeconds != nil {
 		return time.Duration(*intervalSeconds) * time.Second
 	}

@@ -112,17 +112,17 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy) (driverkit.CatalogRe
 	if err := d.Client.List(ctx, imported, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(strat.Name)}); err != nil {
 		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Backups of catalog %s: %w", strat.Name, err)
 	}
-	measured := map[string]*backupsv1.BackupArtifact{} // record location + source UID → artifact
+	measured := map[string]*backupsv1.BackupArtifact{} // record location → artifact
 	for i := range imported.Items {
 		b := &imported.Items[i]
 		if b.Status.Artifact != nil && b.Labels[backupsv1.LabelManagedBy] == names.DriverName {
-			measured[b.Annotations[backupsv1.AnnotationRecord]+"#"+b.Annotations[backupsv1.AnnotationSourceUID]] = b.Status.Artifact
+			measured[b.Annotations[backupsv1.AnnotationRecord]] = b.Status.Artifact
 		}
 	}
 	skipped := map[string]string{}
 	var (
 		entries   []driverkit.CatalogEntry
-		toMeasure []int // indexes in entries
+		toMeasure []measurement
 	)
 	for i := range vbs.Items {
 		vb := &vbs.Items[i]
@@ -157,13 +157,13 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy) (driverkit.CatalogRe
 			r.Spec.TakenAt = *vb.Status.StartTimestamp
 		}
 		entries = append(entries, driverkit.CatalogEntry{Record: r, Location: location})
-		if a := measured[location+"#"+string(r.UID)]; a != nil {
+		if a := measured[location]; a != nil {
 			r.Artifact = *a
 		} else {
-			toMeasure = append(toMeasure, len(entries)-1)
+			toMeasure = append(toMeasure, measurement{vb, entries[len(entries)-1]})
 		}
 	}
-	failed := c.measureAll(ctx, entries, toMeasure, vbs)
+	failed := c.measureAll(ctx, toMeasure)
 	valid := entries[:0]
 	for _, e := range entries {
 		if e.Record.SourceCluster.ID == self.ID {
@@ -200,13 +200,15 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy) (driverkit.CatalogRe
 	return res, "", nil
 }
 
-// measureAll measures the tarballs of the entries at the indexes todo, MeasureThreads at once, and
-// fills in their artifacts; it returns what failed.
-func (c *Catalog) measureAll(ctx context.Context, entries []driverkit.CatalogEntry, todo []int, vbs *velerov1.BackupList) []string {
-	byName := map[string]*velerov1.Backup{}
-	for i := range vbs.Items {
-		byName["velero backup "+vbs.Items[i].Namespace+"/"+vbs.Items[i].Name] = &vbs.Items[i]
-	}
+// measurement is a tarball to measure, and the entry whose record gets its artifact.
+type measurement struct {
+	vb    *velerov1.Backup
+	entry driverkit.CatalogEntry
+}
+
+// measureAll measures the tarballs of todo, MeasureThreads at once, and fills in the artifacts of
+// their records; it returns what failed.
+func (c *Catalog) measureAll(ctx context.Context, todo []measurement) []string {
 	threads := c.MeasureThreads
 	if threads <= 0 {
 		threads = DefaultMeasureThreads
@@ -216,27 +218,26 @@ func (c *Catalog) measureAll(ctx context.Context, entries []driverkit.CatalogEnt
 		failed []string
 		wg     sync.WaitGroup
 	)
-	work := make(chan int)
+	work := make(chan measurement)
 	for range min(threads, max(len(todo), 1)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range work {
-				vb := byName[entries[i].Location]
-				a, err := c.Driver.measure(ctx, vb)
-				_ = download.Cleanup(context.WithoutCancel(ctx), c.Driver.Client, vb.Namespace, names.Download(vb.Name))
-				mu.Lock()
+			for m := range work {
+				a, err := c.Driver.measure(ctx, m.vb)
+				_ = download.Cleanup(context.WithoutCancel(ctx), c.Driver.Client, m.vb.Namespace, names.Download(m.vb.Name))
 				if err != nil {
-					failed = append(failed, fmt.Sprintf("%s: %v", entries[i].Location, err))
-				} else {
-					entries[i].Record.Artifact = *a
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("%s: %v", m.entry.Location, err))
+					mu.Unlock()
+					continue
 				}
-				mu.Unlock()
+				m.entry.Record.Artifact = *a // each record is written by one worker only
 			}
 		}()
 	}
-	for _, i := range todo {
-		work <- i
+	for _, m := range todo {
+		work <- m
 	}
 	close(work)
 	wg.Wait()
