@@ -21,6 +21,9 @@ type Mode string
 const (
 	ModeBackup  Mode = "backup"
 	ModeRestore Mode = "restore"
+	// ModeVerify renders a template that restores into scratch and compares (driver-job's
+	// verifyTemplate).
+	ModeVerify Mode = "verify"
 )
 
 // Context is what a template sees.
@@ -29,7 +32,7 @@ type Context struct {
 	Application map[string]any
 	// Parameters are the BackupClass parameters of the matched strategy.
 	Parameters map[string]string
-	// Mode is backup or restore.
+	// Mode is backup, restore or verify.
 	Mode Mode
 	// Backup is the Coffer Backup being restored from, as unstructured JSON; nil on backup.
 	Backup map[string]any

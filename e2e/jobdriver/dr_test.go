@@ -4,6 +4,8 @@ package jobdriver
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +33,9 @@ import (
 // is destroyed. Cluster B (a fresh etcd, API server and kubelet; the same MinIO data) installs
 // Coffer and a strategy whose catalog points at the bucket: the Backup appears, mapped into
 // another namespace, read-only; a RestoreJob restores the data byte for byte on B's node; the
-// verifier of B verifies the imported Backup; the next sync creates nothing new; deleting the imported Backup leaves A's artifact and record in
+// verifier of B verifies the imported Backup, checksum-only and by full-restore (driver-job's
+// verifyTemplate restores into scratch and compares every file with the artifact's manifest); the
+// next sync creates nothing new; deleting the imported Backup leaves A's artifact and record in
 // the bucket, and the sync brings the Backup back.
 func TestDisasterRecoveryOnARealNode(t *testing.T) {
 	node.Require(t)
@@ -120,6 +124,31 @@ func TestDisasterRecoveryOnARealNode(t *testing.T) {
 	b.waitFor(t, "the Verified condition of the imported Backup", imported, func() bool {
 		return meta.IsStatusConditionTrue(imported.Status.Conditions, backupsv1.ConditionVerified)
 	})
+
+	// And by full-restore: the verifier's inert RestoreJob aimed at its sandbox makes driver-job
+	// run the verifyTemplate, which restores into scratch on the node and compares every file
+	// with the manifest inside A's artifact (contract RJ-13).
+	full := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "restore-imported", Namespace: nsB}, Spec: securityv1.BackupVerifyRunSpec{
+		Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: imported.Name}, Mode: securityv1.ModeFullRestore,
+		SandboxNamespace: nsB + "-bvsandbox", Timeout: &metav1.Duration{Duration: 3 * time.Minute}}}
+	require.NoError(t, b.cl.Create(ctx, full))
+	b.waitFor(t, "the full-restore verification of the imported Backup", full, func() bool { return full.Status.Phase.IsTerminal() })
+	require.Equal(t, securityv1.RunSucceeded, full.Status.Phase, "%+v\nverifier log:\n%s\ndriver-job log:\n%s", full.Status, verifier.Tail(), b.driver.Tail())
+	res := &securityv1.BackupVerifyResult{}
+	require.NoError(t, b.cl.Get(ctx, client.ObjectKey{Namespace: nsB, Name: full.Status.ResultRef}, res))
+	files := int64(0)
+	for _, d := range original {
+		if strings.HasPrefix(d, "file ") {
+			files++
+		}
+	}
+	assert.Equal(t, fmt.Sprintf("by driver %s: %d item(s) compared with the backup's own record of them", jobapi.Group, files),
+		res.Spec.Details["contentDiff"], "every file of the application compared by content")
+	b.waitFor(t, "the full-restore verdict on the imported Backup", imported, func() bool {
+		c := meta.FindStatusCondition(imported.Status.Conditions, backupsv1.ConditionVerified)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == backupsv1.ReasonRestoreVerified
+	})
+	assert.Equal(t, original, tree(t, b.dir(nsB, "shop")), "the verification left the application's volume alone")
 
 	// The next sync creates nothing new.
 	strat := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: stratB.Name}}

@@ -181,7 +181,7 @@ func agentContainer(args ...string) corev1.Container {
 }
 
 // strategy is the sample strategy of deploy/samples with a hostPath volume (this node has no
-// storage provisioner): <data>/<namespace>/<application name>.
+// storage provisioner): <data>/<namespace>/<application name>, and a verifyTemplate.
 func (e *env) strategy(name string) *jobapi.JobBackupStrategy {
 	pod := func(args ...string) corev1.PodTemplateSpec {
 		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{
@@ -194,10 +194,15 @@ func (e *env) strategy(name string) *jobapi.JobBackupStrategy {
 				Type: ptr.To(corev1.HostPathDirectory)}}}},
 		}}
 	}
+	// The verify pod restores into scratch (an emptyDir in the volume's place), never the
+	// application's volume.
+	verify := pod("--dir=/data", "--endpoint={{ .Parameters.endpoint }}")
+	verify.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	s := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jobapi.JobBackupStrategySpec{
 		Template: pod("--dir=/data", "--endpoint={{ .Parameters.endpoint }}", "--bucket={{ .Parameters.bucket }}",
 			"--prefix={{ .Application.metadata.namespace }}/{{ .Application.metadata.name }}"),
 		CleanupTemplate:       ptr.To(pod("--endpoint={{ .Parameters.endpoint }}")),
+		VerifyTemplate:        &verify,
 		ActiveDeadlineSeconds: ptr.To[int64](300),
 	}}
 	if name == "" {

@@ -81,7 +81,7 @@ const (
 	ReasonApplicationNotFound = "ApplicationNotFound"
 	// ReasonTargetApplicationUnsupported: a RestoreJob's targetApplicationRef names another
 	// application than its Backup's, and the driver can restore a Backup only into the application
-	// it was taken of (contract RJ-11); nothing was created.
+	// it was taken of (contract RJ-13); nothing was created.
 	ReasonTargetApplicationUnsupported = "TargetApplicationUnsupported"
 	// ReasonBackupNotFound: a RestoreJob names a Backup that does not exist.
 	ReasonBackupNotFound = "BackupNotFound"
@@ -99,6 +99,10 @@ const (
 	ReasonSucceeded = "Succeeded"
 	// ReasonFailed: the run failed; the message says why.
 	ReasonFailed = "Failed"
+	// ReasonContentMismatch fails a RestoreJob whose driver restored the Backup and found the
+	// restored content different from the backup's own record of it (contract RJ-13): the Backup
+	// does not restore what it holds.
+	ReasonContentMismatch = "ContentMismatch"
 
 	// ReasonArtifactPresent: the artifact was found in storage.
 	ReasonArtifactPresent = "ArtifactPresent"

@@ -81,6 +81,12 @@ type RestoreItems struct {
 	Skipped int64 `json:"skipped"`
 	// failed items could not be restored.
 	Failed int64 `json:"failed"`
+	// compared items were compared by content, after the restore, with the backup's own record
+	// of them (driver-job: every file's path, size and SHA-256 against the manifest inside the
+	// artifact), and matched. Zero when the driver compares nothing; a verifier then says so.
+	// A restore whose content differs fails ContentMismatch (contract RJ-13).
+	// +optional
+	Compared int64 `json:"compared,omitempty"`
 }
 
 // RestoreJob is a single restore from a Backup, into the same or another application.

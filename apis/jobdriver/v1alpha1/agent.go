@@ -83,7 +83,55 @@ const (
 	// reports a CheckReport. An agent that cannot tell (the store does not answer, access denied)
 	// exits non-zero: the check is inconclusive and changes nothing.
 	ModeCheck = "check"
+	// ModeVerify restores a Backup's artifact into a scratch directory (never the application's
+	// volume) and compares every restored file with the manifest the backup stored inside the
+	// artifact: path, size and SHA-256. The driver runs the strategy's verifyTemplate in this mode
+	// for an inert RestoreJob aimed at another namespace (a verifier's sandbox restore); the agent
+	// reports a VerifyReport. An artifact it cannot restore (wrong checksum, key, format) fails the
+	// Job as a restore would; differing files are a report, not a failure of the agent.
+	ModeVerify = "verify"
 )
+
+// MaxVerifyDifferences bounds the differences a VerifyReport names; it counts them all.
+const MaxVerifyDifferences = 10
+
+// VerifyReport is what a verify agent writes, as one JSON object, to its container's termination
+// message once it restored the artifact into scratch and compared it with the artifact's manifest.
+type VerifyReport struct {
+	// URI is the artifact verified.
+	URI string `json:"uri"`
+	// Format is the artifact's format version; versions before 3 carry no manifest.
+	Format int `json:"format"`
+	// Files is how many regular files the restore wrote.
+	Files int64 `json:"files"`
+	// Compared is how many files of the manifest were compared (path, size and SHA-256 of the
+	// restored file, read back from the scratch volume); 0 without a manifest.
+	Compared int64 `json:"compared"`
+	// Mismatched counts the differences: a file whose size or SHA-256 differs from the manifest,
+	// a file of the manifest that was not restored, a restored file the manifest does not list.
+	Mismatched int64 `json:"mismatched"`
+	// Differences says what differs, for at most MaxVerifyDifferences of them.
+	Differences []string `json:"differences,omitempty"`
+}
+
+// ParseVerifyReport decodes and validates a verify agent's termination message.
+func ParseVerifyReport(msg string) (*VerifyReport, error) {
+	var r VerifyReport
+	if err := decodeReport(msg, "a verify report", `{"uri":...,"format":3,"files":...,"compared":...,"mismatched":...}`, &r); err != nil {
+		return nil, err
+	}
+	switch {
+	case r.Files < 0 || r.Compared < 0 || r.Mismatched < 0:
+		return nil, fmt.Errorf("verify report has a negative count")
+	case r.Format < 1:
+		return nil, fmt.Errorf("verify report field format is missing")
+	case len(r.Differences) > MaxVerifyDifferences:
+		return nil, fmt.Errorf("verify report names %d differences, more than %d", len(r.Differences), MaxVerifyDifferences)
+	case r.Mismatched == 0 && len(r.Differences) > 0:
+		return nil, fmt.Errorf("verify report names differences but counts none")
+	}
+	return &r, nil
+}
 
 // ParamEnvName is the environment variable that carries a BackupClass parameter: the key in upper
 // case, with every character outside [A-Z0-9_] replaced by '_'.

@@ -37,6 +37,19 @@ type JobBackupStrategySpec struct {
 	// +kubebuilder:validation:Type=object
 	CleanupTemplate *corev1.PodTemplateSpec `json:"cleanupTemplate,omitempty"`
 
+	// verifyTemplate is the pod template of the Job that proves a Backup restorable for a
+	// verifier: rendered with .Mode "verify", it runs in the Backup's namespace, must restore into
+	// a scratch volume of its own (an emptyDir), never the application's, and reports a
+	// VerifyReport (coffer-agent --mode verify compares every restored file with the artifact's
+	// manifest). The driver runs it for an inert RestoreJob aimed at another namespace, which the
+	// admission policy coffer-restore-target admits only from whoever may create RestoreJobs
+	// there: the verifier, for its sandbox. Unset means such a RestoreJob fails TargetNotSupported.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	VerifyTemplate *corev1.PodTemplateSpec `json:"verifyTemplate,omitempty"`
+
 	// backoffLimit is the Jobs' backoffLimit. Unset means 0 (a backup is not retried blindly).
 	// +optional
 	// +kubebuilder:validation:Minimum=0

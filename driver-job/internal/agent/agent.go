@@ -96,9 +96,12 @@ type Agent struct {
 	// completed with its artifact, next to the artifact.
 	Record *backupsv1.ArtifactRecord
 
-	// afterVerify, when set, runs between the two passes of a restore; tests change the object
-	// there.
-	afterVerify func()
+	// afterHeader, when set, runs once a restore checked the artifact's header and before it
+	// extracts; tests change the object there.
+	afterHeader func()
+	// afterExtract, when set, runs once a verify extracted the artifact into data and before it
+	// compares it with the manifest; tests change restored files there.
+	afterExtract func(data string)
 }
 
 // maxCodecThreads caps the default of CodecThreads: each zstd goroutine holds its own window, so
@@ -169,7 +172,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 }
 
 // Run does what a valid cfg asks: the backup writes its ArtifactReport to the termination log
-// and stdout, a restore a short JSON status to both, a check its CheckReport to both.
+// and stdout, a restore a short JSON status to both, a verify its VerifyReport to both, a check
+// its CheckReport to both.
 func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	s3, err := NewClient(cfg.Endpoint, cfg.Region, cfg.AccessKeyID, cfg.SecretAccessKey)
 	if err != nil {
@@ -216,6 +220,25 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		}
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
+	case jobv1.ModeVerify:
+		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
+		if err != nil {
+			return err
+		}
+		report, err := a.Verify(ctx, cfg.Dir, Artifact{Bucket: bucket, Key: key, Checksum: cfg.ArtifactChecksum, SizeBytes: cfg.ArtifactSizeBytes})
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(report)
+		if err != nil {
+			return err
+		}
+		// The report is the verdict: a verify that cannot write it fails.
+		if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
 	case jobv1.ModeCleanup:
 		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
 		if err != nil {
@@ -242,7 +265,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore, cleanup or check", cfg.Mode)}
+	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore, verify, cleanup or check", cfg.Mode)}
 }
 
 // writeTerminationLog replaces the content of path with msg, cut to what Kubernetes keeps. An empty

@@ -264,8 +264,9 @@ func TestRestoreRefusesCorruptedObject(t *testing.T) {
 	assertNoStaging(t, dir)
 }
 
-// TestRestoreRefusesObjectChangedBetweenPasses replaces the object after the first pass verified it.
-func TestRestoreRefusesObjectChangedBetweenPasses(t *testing.T) {
+// TestRestoreRefusesObjectChangedAfterItsHeader replaces the object after the restore checked its
+// header, before it extracts.
+func TestRestoreRefusesObjectChangedAfterItsHeader(t *testing.T) {
 	bucket := newBucket(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	makeTree(t, dir, 1<<20)
@@ -279,10 +280,10 @@ func TestRestoreRefusesObjectChangedBetweenPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	a := &Agent{S3: client, Log: &log, afterVerify: func() { corrupt(t, bucket, key) }}
+	a := &Agent{S3: client, Log: &log, afterHeader: func() { corrupt(t, bucket, key) }}
 	_, err = a.Restore(context.Background(), dir, Artifact{Bucket: bucket, Key: key, Checksum: report.Checksum, SizeBytes: report.SizeBytes})
 	if err == nil || !strings.Contains(err.Error(), "changed since") {
-		t.Fatalf("restore of an object replaced between the passes: %v, want an error saying it changed", err)
+		t.Fatalf("restore of an object replaced after its header was read: %v, want an error saying it changed", err)
 	}
 	assertSameTree(t, before, snapshot(t, dir))
 	assertNoStaging(t, dir)

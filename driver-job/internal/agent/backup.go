@@ -218,7 +218,7 @@ func (a *Agent) writeArtifact(w io.Writer, root string, h Header, tarSize *byteC
 			}
 		}
 	}()
-	if err := writeTar(io.MultiWriter(out, tarSize), root, a.logf); err != nil {
+	if err := writeTar(io.MultiWriter(out, tarSize), root, a.logf, true); err != nil {
 		return err
 	}
 	closed = true
@@ -272,14 +272,16 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// writeTar writes the tree under dir to w as a tar, in lexical order, without the root itself.
+// writeTar writes the tree under dir to w as a tar, in lexical order, without the root itself,
+// and then, withManifest, the manifest of its files (format 3).
 // Symbolic links are stored, not followed; sockets, devices and FIFOs are skipped with a warning,
 // as are entries removed while the walk runs, a top-level lost+found and restore staging
 // directories.
-func writeTar(w io.Writer, dir string, warnf func(string, ...any)) error {
+func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest bool) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	tw := tar.NewWriter(bw)
 	buf := make([]byte, 256<<10)
+	m := newManifest()
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if path != dir && errors.Is(err, fs.ErrNotExist) {
@@ -311,10 +313,15 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any)) error {
 		} else if err != nil {
 			return err
 		}
-		return addEntry(tw, path, filepath.ToSlash(rel), fi, buf, warnf)
+		return addEntry(tw, m, path, filepath.ToSlash(rel), fi, buf, warnf)
 	})
 	if err != nil {
 		return err
+	}
+	if withManifest {
+		if err := m.write(tw); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return err
@@ -322,8 +329,8 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any)) error {
 	return bw.Flush()
 }
 
-// addEntry writes one file, directory or symbolic link.
-func addEntry(tw *tar.Writer, path, name string, fi fs.FileInfo, buf []byte, warnf func(string, ...any)) error {
+// addEntry writes one file, directory or symbolic link, and records a file in the manifest.
+func addEntry(tw *tar.Writer, m *manifest, path, name string, fi fs.FileInfo, buf []byte, warnf func(string, ...any)) error {
 	var link string
 	var f *os.File
 	switch mode := fi.Mode(); {
@@ -364,14 +371,15 @@ func addEntry(tw *tar.Writer, path, name string, fi fs.FileInfo, buf []byte, war
 	if f == nil {
 		return nil
 	}
-	n, err := io.CopyBuffer(tw, io.LimitReader(f, hdr.Size), buf)
+	m.hash.Reset()
+	n, err := io.CopyBuffer(io.MultiWriter(tw, m.hash), io.LimitReader(f, hdr.Size), buf)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if n != hdr.Size {
 		return fmt.Errorf("%s shrank from %d to %d bytes while it was read", name, hdr.Size, n)
 	}
-	return nil
+	return m.add(name, n)
 }
 
 // noNames keeps tar.FileInfoHeader from looking owners up by name: restores use the numeric ids,

@@ -34,7 +34,7 @@ const (
 
 // Config is the agent's configuration, from flags with environment fallbacks.
 type Config struct {
-	// Mode is backup, restore, cleanup or check.
+	// Mode is backup, restore, verify, cleanup or check.
 	Mode string
 	// Dir is the directory backed up, or restored into.
 	Dir string
@@ -97,7 +97,7 @@ type stringFlag struct {
 
 func (c *Config) flags() []stringFlag {
 	return []stringFlag{
-		{"mode", jobv1.EnvMode, "", "backup, restore, cleanup or check", &c.Mode},
+		{"mode", jobv1.EnvMode, "", "backup, restore, verify, cleanup or check", &c.Mode},
 		{"dir", EnvDataDir, DefaultDir, "directory backed up, or restored into", &c.Dir},
 		{"endpoint", jobv1.ParamEnvName("endpoint"), "", "S3 endpoint: http://host:port, https://host[:port], or host[:port] for HTTPS", &c.Endpoint},
 		{"bucket", jobv1.ParamEnvName("bucket"), "", "bucket receiving backups (restore, cleanup and check use the artifact URI's)", &c.Bucket},
@@ -216,7 +216,7 @@ func (c *Config) keys(getenv func(string) string) error {
 		if c.Recipients, c.KeyRef, err = ParseRecipients(text); err != nil {
 			return usageErrorf("%s (from %s) is not a list of age recipients: %v", jobv1.EnvAgeRecipients, from, err)
 		}
-	case jobv1.ModeRestore:
+	case jobv1.ModeRestore, jobv1.ModeVerify:
 		text := getenv(jobv1.EnvAgeIdentities)
 		if strings.TrimSpace(text) == "" {
 			return nil // an unencrypted artifact needs none; an encrypted one fails before writing
@@ -231,11 +231,11 @@ func (c *Config) keys(getenv func(string) string) error {
 
 func (c *Config) validate() error {
 	switch c.Mode {
-	case jobv1.ModeBackup, jobv1.ModeRestore, jobv1.ModeCleanup, jobv1.ModeCheck:
+	case jobv1.ModeBackup, jobv1.ModeRestore, jobv1.ModeVerify, jobv1.ModeCleanup, jobv1.ModeCheck:
 	case "":
-		return usageErrorf("no mode: set --mode or %s to backup, restore, cleanup or check", jobv1.EnvMode)
+		return usageErrorf("no mode: set --mode or %s to backup, restore, verify, cleanup or check", jobv1.EnvMode)
 	default:
-		return usageErrorf("mode %q is not backup, restore, cleanup or check", c.Mode)
+		return usageErrorf("mode %q is not backup, restore, verify, cleanup or check", c.Mode)
 	}
 	if c.Endpoint == "" {
 		return usageErrorf("no S3 endpoint: set --endpoint or %s", jobv1.ParamEnvName("endpoint"))
@@ -246,7 +246,7 @@ func (c *Config) validate() error {
 	if c.AccessKeyID == "" || c.SecretAccessKey == "" {
 		return usageErrorf("no S3 credentials: set %s and %s (mount a Secret with envFrom)", EnvAccessKeyID, EnvSecretAccessKey)
 	}
-	if (c.Mode == jobv1.ModeBackup || c.Mode == jobv1.ModeRestore) && c.Dir == "" {
+	if (c.Mode == jobv1.ModeBackup || c.Mode == jobv1.ModeRestore || c.Mode == jobv1.ModeVerify) && c.Dir == "" {
 		return usageErrorf("no directory: set --dir or %s", EnvDataDir)
 	}
 	switch c.Mode {
@@ -257,7 +257,7 @@ func (c *Config) validate() error {
 		if c.RunName == "" || c.RunUID == "" {
 			return usageErrorf("%s and %s are required to name the backup", jobv1.EnvRunName, jobv1.EnvRunUID)
 		}
-	case jobv1.ModeRestore:
+	case jobv1.ModeRestore, jobv1.ModeVerify:
 		if !checksumPattern.MatchString(c.ArtifactChecksum) {
 			return usageErrorf("%s=%q is not sha256: followed by 64 lower-case hex digits", jobv1.EnvArtifactChecksum, c.ArtifactChecksum)
 		}

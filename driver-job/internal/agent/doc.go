@@ -13,15 +13,16 @@
 //     never overwritten. The ArtifactReport (uri, stored sizeBytes, checksum, and metadata: format,
 //     compression, uncompressed size, ratio, key reference) goes to the termination log and to
 //     stdout.
-//   - restore reads the object in parallel ranges (ranged.go: two 2 MiB ranges fetched ahead of
-//     the reader, each on the condition that the object's ETag is still the one it started with),
-//     verifies its size and SHA-256 in a first pass that writes nothing, and
-//     checks there that it knows the format and that its identities open an encrypted artifact;
-//     then it decrypts, decompresses and extracts it into a staging directory inside the target
-//     directory while hashing it again, and finally moves each top-level entry of the backup into
-//     place, replacing an entry of the same name as a whole. Top-level entries of the directory
-//     that the backup does not contain are left alone. Artifacts of format version 1 (plain tars)
-//     restore too.
+//   - restore first checks what it can without reading the whole object (its size, its format,
+//     and that its identities open an encrypted artifact), writing nothing. Then it reads the
+//     object once, in parallel ranges (ranged.go: two 2 MiB ranges fetched ahead of the reader,
+//     each on the condition that the object's ETag is still the one it started with), and
+//     decrypts, decompresses and extracts it into a staging directory inside the target directory
+//     while hashing it. Only when the whole object hashed to the Backup's checksum does it move
+//     each top-level entry of the backup into place, replacing an entry of the same name as a
+//     whole; otherwise it removes the staging directory and the target is as it was. Top-level
+//     entries of the directory that the backup does not contain are left alone. Artifacts of
+//     format version 1 (plain tars) restore too.
 //   - cleanup deletes the object; an object that is already gone is success.
 //
 // Tar entries are regular files, directories and symbolic links (stored as links, never followed),

@@ -17,11 +17,13 @@ import (
 
 // The artifact format (docs/artifact-format.md). Version 1 is a plain tar without header, as the
 // agent wrote before version 2. Version 2 is a header followed by the payload: the tar, compressed
-// with zstd when the header says so, then encrypted with age when the header says so.
+// with zstd when the header says so, then encrypted with age when the header says so. Version 3
+// is version 2 whose tar ends with a manifest entry (manifest.go): the path, size and SHA-256 of
+// every regular file, which a verify compares the restored files with.
 //
 //	offset  size  field
 //	0       8     magic "\x89COFFER\x1a"
-//	8       1     format version, 2
+//	8       1     format version, 2 or 3
 //	9       1     compression: 0 none, 1 zstd
 //	10      1     encryption: 0 none, 1 age
 //	11      1     n, the length of the key reference (0 without encryption)
@@ -32,7 +34,10 @@ import (
 // before it reads anything else, covers it.
 const (
 	// FormatVersion is the version the agent writes.
-	FormatVersion = 2
+	FormatVersion = 3
+	// firstHeaderVersion is the first version with a header; the agent reads it and every later
+	// one up to FormatVersion.
+	firstHeaderVersion = 2
 	// headerFixedSize is the size of the header without its key reference.
 	headerFixedSize = 12
 	// maxKeyRef bounds the key reference: 15 fingerprints.
@@ -89,10 +94,10 @@ type Header struct {
 	KeyRef string
 }
 
-// MarshalBinary encodes a version 2 header.
+// MarshalBinary encodes a header of version 2 or later (their headers are alike).
 func (h Header) MarshalBinary() ([]byte, error) {
-	if h.Version != FormatVersion {
-		return nil, fmt.Errorf("the agent writes format version %d, not %d", FormatVersion, h.Version)
+	if h.Version < firstHeaderVersion || h.Version > FormatVersion {
+		return nil, fmt.Errorf("format version %d has no header of this shape (versions %d to %d have)", h.Version, firstHeaderVersion, FormatVersion)
 	}
 	if err := h.check(); err != nil {
 		return nil, err
@@ -140,7 +145,7 @@ func ReadHeader(r io.Reader) (Header, io.Reader, error) {
 		return Header{}, nil, fmt.Errorf("the artifact ends inside its header")
 	}
 	h := Header{Version: fixed[8], Compression: Compression(fixed[9]), Encryption: Encryption(fixed[10])}
-	if h.Version != FormatVersion {
+	if h.Version < firstHeaderVersion || h.Version > FormatVersion {
 		return h, nil, fmt.Errorf("the artifact has format version %d; this agent reads versions 1 to %d: restore it with a newer coffer-agent", h.Version, FormatVersion)
 	}
 	ref := make([]byte, fixed[11])

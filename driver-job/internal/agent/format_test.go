@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -220,7 +221,8 @@ func TestRestoreRefusesWrongKey(t *testing.T) {
 }
 
 // TestRestoreRefusesDamagedEncryptedArtifacts damages an encrypted artifact in place. With the
-// Backup's checksum, the first pass refuses it. With a checksum recomputed for the damaged bytes
+// Backup's checksum, the size check or the checksum refuses it (the checksum is named even though
+// age failed first). With a checksum recomputed for the damaged bytes
 // (a Backup whose status was rewritten too), age's authentication refuses it during extraction,
 // which happens in the staging directory: the target stays as it was either way.
 func TestRestoreRefusesDamagedEncryptedArtifacts(t *testing.T) {
@@ -280,7 +282,7 @@ func TestRestoreVersion1(t *testing.T) {
 	want := snapshot(t, dir)
 	delete(want, "app/agent.sock")
 	var old bytes.Buffer
-	if err := writeTar(&old, dir, t.Logf); err != nil {
+	if err := writeTar(&old, dir, t.Logf, false); err != nil {
 		t.Fatal(err)
 	}
 	if h, _, err := ReadHeader(bytes.NewReader(old.Bytes())); err != nil || h.Version != 1 {
@@ -348,11 +350,11 @@ func TestRestoreRefusesNewerFormat(t *testing.T) {
 	bucket := newBucket(t)
 	dir := t.TempDir()
 	before := snapshot(t, dir)
-	newer := append(append([]byte{}, formatMagic[:]...), 3, 0, 0, 0)
+	newer := append(append([]byte{}, formatMagic[:]...), FormatVersion+1, 0, 0, 0)
 	newer = append(newer, makeTar(t, entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "x"}, data: "x"})...)
 	report := upload(t, bucket, "newer.tar", newer)
 	refused(t, restoreEnv(t, jobv1.ModeRestore, bucket, dir, report), dir, before,
-		"format version 3", "restore it with a newer coffer-agent", "nothing was restored")
+		fmt.Sprintf("format version %d", FormatVersion+1), "restore it with a newer coffer-agent", "nothing was restored")
 
 	unknown := append(append([]byte{}, formatMagic[:]...), FormatVersion, 7, 0, 0)
 	report = upload(t, bucket, "unknown.tar", unknown)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,7 +122,7 @@ func BenchmarkPeers(b *testing.B) {
 // hashed.
 func rawUpload(b *testing.B, c *minio.Client, bucket, key, tree string) {
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, tree, func(string, ...any) {})) }()
+	go func() { pw.CloseWithError(writeTar(pw, tree, func(string, ...any) {}, true)) }()
 	opts := (&Agent{}).putOptions()
 	opts.ContentType = "application/x-tar"
 	if _, err := c.PutObject(context.Background(), bucket, key, pr, -1, opts); err != nil {
@@ -258,4 +259,107 @@ func bucketBytes(b *testing.B, c *minio.Client, bucket string) int64 {
 		n += obj.Size
 	}
 	return n
+}
+
+// EnvBenchPairs sets how many pairs of restores BenchmarkRestoreRatio alternates (default 9).
+const EnvBenchPairs = "COFFER_BENCH_PAIRS"
+
+// BenchmarkRestoreRatio measures the restore of the incompressible tree against kopia's with a
+// steadier method than BenchmarkPeers' single pass: each tool backs the tree up once, then the two
+// restores alternate in pairs (who goes first alternates too), each into a fresh directory that is
+// removed after it was checked, and the benchmark reports the median of the pairs' ratios (kopia's
+// time over the agent's: above 1, the agent is faster), their extremes, and each tool's median
+// throughput. Pairing cancels the machine's drift, which moves both tools by up to 2× from one
+// minute to the next on a shared VM; the median drops the outliers. kopia's time is its
+// `snapshot restore` alone (the snapshot's ID is looked up once, outside the timing).
+func BenchmarkRestoreRatio(b *testing.B) {
+	bin := os.Getenv(EnvPeersBin)
+	if bin == "" {
+		b.Skipf("%s is not set: COFFER_PEERS_BIN=$(hack/testbin.sh --peers)", EnvPeersBin)
+	}
+	pairs := 9
+	if s := os.Getenv(EnvBenchPairs); s != "" {
+		if _, err := fmt.Sscan(s, &pairs); err != nil || pairs < 1 {
+			b.Fatalf("%s=%q is not a positive number", EnvBenchPairs, s)
+		}
+	}
+	ctx := context.Background()
+	recipients, keyRef, ids := benchKeys(b)
+	tree := benchTree(b, "random")
+	bucket := newBucket(b)
+	e := env(b, jobv1.ModeBackup, bucket, tree)
+	client, err := NewClient(e[jobv1.ParamEnvName("endpoint")], "", e[EnvAccessKeyID], e[EnvSecretAccessKey])
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &Agent{S3: client, Log: io.Discard, CompressionLevel: DefaultCompressionLevel, Recipients: recipients, KeyRef: keyRef, Identities: ids}
+	report, err := a.Backup(ctx, tree, bucket, "bench/ratio.tar")
+	if err != nil {
+		b.Fatal(err)
+	}
+	art := Artifact{Bucket: bucket, Key: "bench/ratio.tar", Checksum: report.Checksum, SizeBytes: report.SizeBytes}
+	kopiaBucket := newBucket(b)
+	p := &peer{bin: bin, tool: "kopia", bucket: kopiaBucket, host: store(b).S3Endpoint, id: e[EnvAccessKeyID], secret: e[EnvSecretAccessKey], work: b.TempDir()}
+	p.init(b, 0)
+	p.backup(b, tree)
+	out, _ := p.run(b, "snapshot", "list", tree, "--json")
+	var snaps []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &snaps); err != nil || len(snaps) != 1 {
+		b.Fatalf("kopia snapshot list: %v: %s", err, out)
+	}
+
+	restore := func(tool string) time.Duration {
+		target := filepath.Join(b.TempDir(), "restored")
+		if err := os.Mkdir(target, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if tool == "kopia" {
+			p.run(b, "snapshot", "restore", snaps[0].ID, target)
+		} else if _, err := a.Restore(ctx, target, art); err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		if err := compareTrees(tree, target); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.RemoveAll(target); err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+	b.ResetTimer()
+	for range b.N {
+		var ratios, agent, kopia []float64
+		for i := range pairs {
+			var ta, tk time.Duration
+			if i%2 == 0 {
+				ta, tk = restore("coffer-agent"), restore("kopia")
+			} else {
+				tk, ta = restore("kopia"), restore("coffer-agent")
+			}
+			ratios = append(ratios, tk.Seconds()/ta.Seconds())
+			const tarBytes = 256 << 20
+			agent, kopia = append(agent, tarBytes/1e6/ta.Seconds()), append(kopia, tarBytes/1e6/tk.Seconds())
+		}
+		slices.Sort(ratios)
+		b.ReportMetric(median(ratios), "median-ratio")
+		b.ReportMetric(ratios[0], "min-ratio")
+		b.ReportMetric(ratios[len(ratios)-1], "max-ratio")
+		b.ReportMetric(median(agent), "agent-MB/s")
+		b.ReportMetric(median(kopia), "kopia-MB/s")
+		b.Logf("pair ratios (kopia/agent), sorted: %.2f", ratios)
+	}
+}
+
+// median of values, which it sorts.
+func median(values []float64) float64 {
+	slices.Sort(values)
+	n := len(values)
+	if n%2 == 1 {
+		return values[n/2]
+	}
+	return (values[n/2-1] + values[n/2]) / 2
 }

@@ -230,9 +230,9 @@ func (r *rangedObject) Close() error {
 	return nil
 }
 
-// rangeBuffers keeps the buffers of finished reads for the next: a restore reads its artifact
-// twice (verify, then extract), and the second pass reuses the first one's buffers rather than
-// leaving them as garbage beside new ones.
+// rangeBuffers keeps the buffers of finished reads for the next read in the same process (the
+// benchmarks and tests restore many artifacts), rather than leaving them as garbage beside new
+// ones.
 var rangeBuffers sync.Pool
 
 // rangeBuffer returns a buffer of length n, with room for rangeSize.

@@ -16,6 +16,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
+
+	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
 // Artifact is an object to restore: where it is and what it must hash to.
@@ -37,49 +39,59 @@ type RestoreStatus struct {
 	Symlinks    int64  `json:"symlinks"`
 }
 
-// Restore restores the artifact into dir in two passes. The first hashes the object and writes
-// nothing: a wrong size or checksum, an unknown format, or (for an encrypted artifact) a key that
-// does not open it fails the restore with dir untouched. The second decrypts, decompresses and
-// extracts the object into a staging directory inside dir while hashing it again, and fails,
-// removing the staging directory, if the object changed in between. Then each top-level entry of
-// the backup replaces the entry of the same name in dir, as a whole; entries of dir the backup
-// does not hold are left alone.
+// Restore restores the artifact into dir in one pass. Before it writes anything, it checks what
+// can be checked without reading the whole object: the size, the format, and (for an encrypted
+// artifact) that a key opens it. Then it decrypts, decompresses and extracts the object into a
+// staging directory inside dir while hashing it, and moves what it extracted into place only once
+// the whole object hashed to the Backup's checksum and the payload authenticated to its end. Any
+// failure removes the staging directory: dir is never written to by a restore that fails its
+// checks. Each top-level entry of the backup replaces the entry of the same name in dir, as a
+// whole; entries of dir the backup does not hold are left alone.
 func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*RestoreStatus, error) {
+	status, _, err := a.restore(ctx, dir, art, false)
+	return status, err
+}
+
+// Verify restores the artifact as Restore does, into a staging directory inside dir (a scratch
+// volume), and instead of moving the result into place reads back every restored file and
+// compares it with the manifest inside the artifact (format 3; older artifacts have none, and the
+// report then says nothing was compared). The staging directory is removed either way. An artifact
+// that does not restore is an error, as for Restore; differences are the report's.
+func (a *Agent) Verify(ctx context.Context, dir string, art Artifact) (*jobv1.VerifyReport, error) {
+	_, report, err := a.restore(ctx, dir, art, true)
+	return report, err
+}
+
+func (a *Agent) restore(ctx context.Context, dir string, art Artifact, verify bool) (*RestoreStatus, *jobv1.VerifyReport, error) {
 	uri := ArtifactURI(art.Bucket, art.Key)
 	dir, err := realDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("the directory to restore into: %w", err)
+		return nil, nil, fmt.Errorf("the directory to restore into: %w", err)
 	}
 	stat, err := a.S3.StatObject(ctx, art.Bucket, art.Key, minio.StatObjectOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", uri, err)
+		return nil, nil, fmt.Errorf("reading %s: %w", uri, err)
 	}
 	if art.SizeBytes >= 0 && stat.Size != art.SizeBytes {
-		return nil, fmt.Errorf("%s is %d bytes, expected %d; nothing was restored", uri, stat.Size, art.SizeBytes)
+		return nil, nil, fmt.Errorf("%s is %d bytes, expected %d; nothing was restored", uri, stat.Size, art.SizeBytes)
 	}
-
-	a.logf("verifying %s (%d bytes)", uri, stat.Size)
-	obj := a.open(ctx, art, stat.ETag, stat.Size)
-	head := &prefix{max: maxPrefix}
-	_, err = obj.WriteTo(head)
-	obj.Close()
+	head := make([]byte, min(stat.Size, maxPrefix))
+	if len(head) > 0 {
+		if err := a.fetchRange(ctx, art.Bucket, art.Key, stat.ETag, 0, head); err != nil {
+			return nil, nil, fmt.Errorf("reading %s: %w", uri, readError(err))
+		}
+	}
+	hdr, err := a.checkFormat(head)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", uri, readError(err))
+		return nil, nil, fmt.Errorf("%s: %w; nothing was restored", uri, err)
 	}
-	if sum, n := obj.sum(); sum != art.Checksum || n != stat.Size {
-		return nil, fmt.Errorf("%s has checksum %s (%d bytes), expected %s; nothing was restored", uri, sum, n, art.Checksum)
-	}
-	hdr, err := a.checkFormat(head.b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w; nothing was restored", uri, err)
-	}
-	if a.afterVerify != nil {
-		a.afterVerify()
+	if a.afterHeader != nil {
+		a.afterHeader()
 	}
 
 	staging, err := os.MkdirTemp(dir, stagingPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("creating the staging directory: %w", err)
+		return nil, nil, fmt.Errorf("creating the staging directory: %w", err)
 	}
 	keep := false
 	defer func() {
@@ -92,38 +104,70 @@ func (a *Agent) Restore(ctx context.Context, dir string, art Artifact) (*Restore
 	}()
 	data := filepath.Join(staging, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a.logf("extracting %s into %s (format %d, compression %s, encryption %s)", uri, dir, hdr.Version, hdr.Compression, hdr.Encryption)
+	verb := "restoring"
+	if verify {
+		verb = "verifying"
+	}
+	a.logf("%s %s (%d bytes) into %s (format %d, compression %s, encryption %s)", verb, uri, stat.Size, dir, hdr.Version, hdr.Compression, hdr.Encryption)
 	status := &RestoreStatus{URI: uri, SizeBytes: stat.Size, Format: int(hdr.Version)}
-	if err := a.extract(ctx, art, stat.ETag, data, status); err != nil {
-		return nil, fmt.Errorf("extracting %s: %w; nothing was restored", uri, err)
+	want, err := a.extract(ctx, art, stat.ETag, data, status, verify)
+	if err != nil {
+		var mismatch *checksumMismatch
+		if errors.As(err, &mismatch) {
+			return nil, nil, fmt.Errorf("%s has checksum %s (%d bytes), expected %s; nothing was restored", uri, mismatch.sum, mismatch.n, art.Checksum)
+		}
+		return nil, nil, fmt.Errorf("extracting %s: %w; nothing was restored", uri, err)
+	}
+	if verify {
+		report, err := a.compare(data, status, want)
+		return status, report, err
 	}
 	if keep, err = moveIntoPlace(dir, staging); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	a.logf("restored %s: %d files, %d directories, %d symbolic links", uri, status.Files, status.Directories, status.Symlinks)
-	return status, nil
+	return status, nil, nil
 }
 
-// maxPrefix is how much of an artifact the first pass keeps to check its headers: the agent's
+// compare compares the files restored under data with the artifact's manifest (nil for an
+// artifact older than format 3).
+func (a *Agent) compare(data string, status *RestoreStatus, want map[string]ManifestEntry) (*jobv1.VerifyReport, error) {
+	if a.afterExtract != nil {
+		a.afterExtract(data)
+	}
+	report := &jobv1.VerifyReport{}
+	if status.Format >= 3 {
+		var err error
+		if report, err = compareWithManifest(data, want, make([]byte, 256<<10)); err != nil {
+			return nil, fmt.Errorf("comparing the restored files with the manifest: %w", err)
+		}
+		a.logf("verified %s: %d files restored, %d identical to the manifest, %d differences", status.URI, status.Files, report.Compared, report.Mismatched)
+		for _, d := range report.Differences {
+			a.logf("  %s", d)
+		}
+	} else {
+		a.logf("verified %s: %d files restored; format %d has no manifest, so no file was compared", status.URI, status.Files, status.Format)
+	}
+	report.URI, report.Format, report.Files = status.URI, status.Format, status.Files
+	return report, nil
+}
+
+// checksumMismatch is an object that did not hash to the Backup's checksum: it is not the
+// artifact that was backed up, whatever else its extraction ran into.
+type checksumMismatch struct {
+	sum string
+	n   int64
+}
+
+func (c *checksumMismatch) Error() string { return fmt.Sprintf("checksum %s (%d bytes)", c.sum, c.n) }
+
+// maxPrefix is how much of an artifact a restore reads first to check its headers: the agent's
 // header and age's (a few hundred bytes per recipient).
 const maxPrefix = 256 << 10
 
-// prefix is a writer that keeps the first max bytes written to it and discards the rest.
-type prefix struct {
-	b   []byte
-	max int
-}
-
-func (p *prefix) Write(b []byte) (int, error) {
-	if n := p.max - len(p.b); n > 0 {
-		p.b = append(p.b, b[:min(n, len(b))]...)
-	}
-	return len(b), nil
-}
-
-// checkFormat reads the header of a verified artifact from its first bytes and checks that the
+// checkFormat reads the header of an artifact from its first bytes and checks that the
 // agent can read it: a version and codecs it knows, and a key that opens it.
 func (a *Agent) checkFormat(head []byte) (Header, error) {
 	h, payload, err := ReadHeader(bytes.NewReader(head))
@@ -143,17 +187,37 @@ func (a *Agent) checkFormat(head []byte) (Header, error) {
 	return h, a.Identities.checkKey(h, rest)
 }
 
-// extract is the second pass: it unpacks the object into data and checks it hashes as in the
-// first. Directories get their modes only once the checksum matched, so that a failed pass can be
-// removed.
-func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, status *RestoreStatus) error {
+// extract unpacks the object into data while hashing it. The checksum speaks first: an object
+// that does not hash to the Backup's is reported as a checksumMismatch, whatever its unpacking ran
+// into, so the rest of the object is read (and hashed) after an unpacking error. Directories get
+// their modes only once the checksum matched, so that a failed pass can be removed.
+func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, status *RestoreStatus, wantManifest bool) (map[string]ManifestEntry, error) {
 	obj := a.open(ctx, art, etag, status.SizeBytes)
 	defer obj.Close()
 	root, err := os.OpenRoot(data)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer root.Close()
+	x := &extractor{root: root, warnf: a.logf, chown: os.Geteuid() == 0, kinds: map[string]kind{}, buf: make([]byte, 256<<10), status: status, readManifest: wantManifest}
+	err = a.unpack(obj, x)
+	if err != nil {
+		_, _ = obj.WriteTo(discard) // a failed range stops the hash short: no mismatch is claimed then
+	}
+	if sum, n := obj.sum(); n == status.SizeBytes && sum != art.Checksum {
+		return nil, &checksumMismatch{sum: sum, n: n}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if wantManifest && status.Format >= 3 && !x.manifestSeen {
+		return nil, errNoManifest
+	}
+	return x.manifest, x.finish()
+}
+
+// unpack reads the artifact's header and payload from obj and gives the archive's entries to x.
+func (a *Agent) unpack(obj io.Reader, x *extractor) error {
 	raw := bufio.NewReaderSize(obj, 1<<20)
 	h, payload, err := ReadHeader(raw)
 	if err != nil {
@@ -178,7 +242,6 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 		plain = zr
 	}
 	plain = payloadReader{plain}
-	x := &extractor{root: root, warnf: a.logf, chown: os.Geteuid() == 0, kinds: map[string]kind{}, buf: make([]byte, 256<<10), status: status}
 	tr := tar.NewReader(plain)
 	for {
 		hdr, err := tr.Next()
@@ -200,10 +263,7 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 	if _, err := io.CopyBuffer(discard, raw, x.buf); err != nil {
 		return fmt.Errorf("reading the archive: %w", readError(err))
 	}
-	if sum, _ := obj.sum(); sum != art.Checksum {
-		return fmt.Errorf("the object changed since it was verified: it now has checksum %s, expected %s", sum, art.Checksum)
-	}
-	return x.finish()
+	return nil
 }
 
 // payloadReader says that its errors are the artifact's, not the volume's: with a checksum that
@@ -267,9 +327,26 @@ type extractor struct {
 	dirs   []*tar.Header // in creation order; nil Header fields mean an implicit directory
 	buf    []byte
 	status *RestoreStatus
+
+	// readManifest asks for the manifest of a format 3 archive, its last entry, in manifest.
+	readManifest bool
+	manifestSeen bool
+	manifest     map[string]ManifestEntry
 }
 
 func (x *extractor) add(hdr *tar.Header, r io.Reader) error {
+	if x.manifestSeen {
+		return fmt.Errorf("entry %q follows the manifest, which must be the archive's last", hdr.Name)
+	}
+	if hdr.Typeflag == typeManifest && x.status.Format >= 3 {
+		x.manifestSeen = true
+		if !x.readManifest {
+			return nil // restores do not need it: the tar reader skips its content
+		}
+		var err error
+		x.manifest, err = readManifest(r)
+		return err
+	}
 	name, err := entryName(hdr.Name)
 	if err != nil || name == "." { // "./", the archive's root, carries nothing to restore
 		return err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ import (
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
 	"github.com/coffer-backup/coffer/driverkit"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
 var (
@@ -57,6 +59,19 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer stopMinIO()
+	// The restore-target admission policy: the kit runs restores aimed at another namespace (the
+	// verifications below) only once it is bound.
+	root, err := manifests.RepoRoot()
+	if err == nil {
+		var policies []*unstructured.Unstructured
+		if policies, err = manifests.Render(filepath.Join(root, "deploy", "core-controller", "policies")); err == nil {
+			err = manifests.Apply(context.Background(), cl, policies)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "installing the restore-target policy:", err)
+		return 1
+	}
 	return m.Run()
 }
 
@@ -778,4 +793,101 @@ func TestArtifactOptionsValidation(t *testing.T) {
 	ok := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{GenerateName: "valid-"},
 		Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](0), Encryption: &jobapi.ArtifactEncryption{SecretName: "keys.v2"}}}}
 	require.NoError(t, cl.Create(context.Background(), ok))
+}
+
+// verificationRestoreJob is the RestoreJob a verifier makes: inert, aimed at its sandbox.
+func (f *fixture) verificationRestoreJob(b *backupsv1.Backup, inert bool) *backupsv1.RestoreJob {
+	f.t.Helper()
+	sandbox := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-bvsandbox"}}
+	if err := cl.Create(f.ctx, sandbox); err != nil && !apierrors.IsAlreadyExists(err) {
+		f.t.Fatal(err)
+	}
+	opts := map[string]string{backupsv1.OptionTargetNamespace: sandbox.Name}
+	if inert {
+		opts[backupsv1.OptionInert] = "true"
+	}
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "verify-", Namespace: f.ns},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}, Options: opts}}
+	require.NoError(f.t, cl.Create(f.ctx, rj))
+	return rj
+}
+
+// An inert RestoreJob aimed at another namespace is a verification (contract RJ-13): the driver
+// runs the verifyTemplate in verify mode in the Backup's namespace, and turns the agent's report
+// into items.compared, or a ContentMismatch failure. Without a verifyTemplate, or when the
+// RestoreJob is not inert, a restore into another namespace is refused as before.
+func TestVerificationRestore(t *testing.T) {
+	withVerify := func(s *jobapi.JobBackupStrategySpec) {
+		s.VerifyTemplate = ptr.To(agentTemplate("--mode={{ .Mode }}", "--dir=/scratch", "--backup={{ .Backup.metadata.name }}"))
+	}
+	t.Run("identical", func(t *testing.T) {
+		f := newFixture(t, withVerify)
+		b := f.succeededBackup()
+		rj := f.verificationRestoreJob(b, true)
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		require.Equal(t, backupsv1.RestoreJobRunning, get(t, rj).Status.Phase)
+		jobs := f.jobsOf(names.KindRestoreJob)
+		require.Len(t, jobs, 1)
+		j := jobs[0]
+		require.Equal(t, f.ns, j.Namespace, "the verify Job runs in the Backup's namespace: the sandbox runs no pods")
+		c := j.Spec.Template.Spec.Containers[0]
+		require.Equal(t, []string{"--mode=verify", "--dir=/scratch", "--backup=" + b.Name}, c.Args)
+		e := env(c)
+		require.Equal(t, jobapi.ModeVerify, e[jobapi.EnvMode])
+		require.Equal(t, goodSum, e[jobapi.EnvArtifactChecksum])
+		f.finish(&j, 0, `{"uri":"`+b.Status.Artifact.URI+`","format":3,"files":7,"compared":7,"mismatched":0}`, "")
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		rj = get(t, rj)
+		require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase)
+		require.Equal(t, &backupsv1.RestoreItems{Restored: 7, Compared: 7}, rj.Status.Items)
+		require.Contains(t, readyCondition(rj.Status.Conditions).Message, "compared all 7 file(s) with the manifest")
+	})
+	t.Run("differences fail ContentMismatch", func(t *testing.T) {
+		f := newFixture(t, withVerify)
+		b := f.succeededBackup()
+		rj := f.verificationRestoreJob(b, true)
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		j := f.jobsOf(names.KindRestoreJob)[0]
+		f.finish(&j, 0, `{"uri":"`+b.Status.Artifact.URI+`","format":3,"files":7,"compared":6,"mismatched":1,"differences":["db/data.bin: SHA-256 aa restored, the backup holds bb"]}`, "")
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		rj = get(t, rj)
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+		ready := readyCondition(rj.Status.Conditions)
+		require.Equal(t, backupsv1.ReasonContentMismatch, ready.Reason)
+		require.Contains(t, ready.Message, "db/data.bin: SHA-256 aa restored")
+	})
+	t.Run("a report that is not one", func(t *testing.T) {
+		f := newFixture(t, withVerify)
+		b := f.succeededBackup()
+		rj := f.verificationRestoreJob(b, true)
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		j := f.jobsOf(names.KindRestoreJob)[0]
+		f.finish(&j, 0, `{"uri":"x","format":3,"files":1,"compared":1,"mismatched":0,"extra":1}`, "")
+		reconcileOnce(t, f.restoreReconciler(), rj)
+		rj = get(t, rj)
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+		require.Equal(t, backupsv1.ReasonArtifactReportInvalid, readyCondition(rj.Status.Conditions).Reason)
+	})
+	for _, tc := range []struct {
+		name   string
+		mutate func(*jobapi.JobBackupStrategySpec)
+		inert  bool
+		want   string
+	}{
+		{"no verifyTemplate", nil, true, "has no verifyTemplate"},
+		{"not inert", withVerify, false, "restores into the RestoreJob's own namespace only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.mutate)
+			b := f.succeededBackup()
+			rj := f.verificationRestoreJob(b, tc.inert)
+			reconcileOnce(t, f.restoreReconciler(), rj)
+			rj = get(t, rj)
+			require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+			ready := readyCondition(rj.Status.Conditions)
+			require.Equal(t, driver.ReasonTargetNotSupported, ready.Reason)
+			require.Contains(t, ready.Message, tc.want)
+			require.Empty(t, f.jobsOf(names.KindRestoreJob), "nothing runs")
+		})
+	}
 }

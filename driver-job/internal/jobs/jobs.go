@@ -205,9 +205,9 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	if mode == jobapi.ModeBackup && a.CompressionLevel != nil {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvCompressionLevel, Value: strconv.Itoa(int(*a.CompressionLevel))})
 	}
-	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore) {
+	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore || mode == jobapi.ModeVerify) {
 		name, key := jobapi.EnvAgeRecipients, jobapi.SecretKeyRecipients
-		if mode == jobapi.ModeRestore {
+		if mode != jobapi.ModeBackup {
 			name, key = jobapi.EnvAgeIdentities, jobapi.SecretKeyIdentities
 		}
 		env = append(env,
@@ -219,7 +219,7 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	return env
 }
 
-// ArtifactEnv describes a Backup's artifact to a restore, cleanup or check Job.
+// ArtifactEnv describes a Backup's artifact to a restore, verify, cleanup or check Job.
 func ArtifactEnv(b *backupsv1.Backup) []corev1.EnvVar {
 	env := []corev1.EnvVar{{Name: jobapi.EnvBackupName, Value: b.Name}}
 	if a := b.Status.Artifact; a != nil {

@@ -14,7 +14,10 @@
 //     coffer-verifier-sandbox) and nobody else may; coffer-verifier-confinement lets the
 //     verifier create no other RestoreJob. Once the RestoreJob succeeded, the sandbox of a
 //     Velero-made Backup is compared with its Velero backup by content, by the velero backend's
-//     diff (velerocheck.CompareRestore); for other drivers the Result says no content diff was made.
+//     diff (velerocheck.CompareRestore). A driver that compares what it restored with the
+//     backup's own record of it (contract RJ-13; driver-job's verifyTemplate) reports the count
+//     in the RestoreJob's status.items.compared, or fails it ContentMismatch, which becomes a
+//     content-mismatch finding; for other drivers the Result says no content diff was made.
 //
 // Findings are facts about the Backup; an error is trouble carrying the verification out, retried
 // by the caller within the run's timeout, and final when wrapped in reconcile.TerminalError.
@@ -24,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -266,6 +270,12 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		if cannotTryReasons[reason] {
 			return out, reconcile.TerminalError(fmt.Errorf("the Backup's driver did not restore it into the sandbox (%s: %s): it cannot be verified by full-restore", reason, msg))
 		}
+		if reason == backupsv1.ReasonContentMismatch {
+			out.Details = map[string]string{DetailContentDiff: "by the driver, with the backup's own record of its content"}
+			out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeContentMismatch, Severity: securityv1.SeverityHigh, Object: obj,
+				Message: "the driver restored the Backup and its content differs from what the backup recorded: " + msg})
+			return out, nil
+		}
 		out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeRestoreFailed, Severity: securityv1.SeverityCritical, Object: obj,
 			Message: fmt.Sprintf("the restore into the sandbox failed (%s): %s", reason, msg)})
 		return out, nil
@@ -289,7 +299,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	if err != nil {
 		return out, err
 	}
-	diff, err := c.compareContent(ctx, run, b, &out)
+	diff, err := c.compareContent(ctx, run, b, rj, &out)
 	if err != nil {
 		return out, err
 	}
@@ -322,9 +332,16 @@ const DetailContentDiff = "contentDiff"
 // with the sandbox as the velero backend diffs its own restores (velerocheck.CompareRestore: the
 // Backup's namespace, restored into the sandbox through Velero's namespaceMapping). Its findings,
 // counts and details go to out; it returns what the restore-succeeded finding says of it.
-func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, out *velerocheck.Outcome) (string, error) {
+func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, rj *backupsv1.RestoreJob, out *velerocheck.Outcome) (string, error) {
 	if !madeByVelero(b) {
 		driver := ptr.Deref(b.Spec.StrategyRef.APIGroup, "(core)")
+		if it := rj.Status.Items; it != nil && it.Compared > 0 {
+			// Contract RJ-13: the driver compared what it restored with the backup's own record
+			// of it; a difference would have failed the RestoreJob ContentMismatch.
+			out.ObjectsExpected, out.ObjectsRestored = int32(min(it.Compared, math.MaxInt32)), int32(min(it.Restored, math.MaxInt32))
+			out.Details[DetailContentDiff] = fmt.Sprintf("by driver %s: %d item(s) compared with the backup's own record of them", driver, it.Compared)
+			return fmt.Sprintf("driver %s compared %d restored item(s) by content with the backup's own record of them: identical", driver, it.Compared), nil
+		}
 		out.Details[DetailContentDiff] = "not available for driver " + driver
 		return "its content was not compared with the Backup: no content diff is available for driver " + driver, nil
 	}

@@ -581,6 +581,48 @@ func TestCofferFullRestoreWithoutContentDiff(t *testing.T) {
 	assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
 }
 
+// TestCofferFullRestoreComparedByTheDriver (contract RJ-13): a driver that compared what it
+// restored with the backup's own record of it says so in the RestoreJob's items.compared, which
+// becomes the Result's content diff; a driver that found differences fails the RestoreJob
+// ContentMismatch, which becomes a content-mismatch finding and Verified=False.
+func TestCofferFullRestoreComparedByTheDriver(t *testing.T) {
+	play := func(t *testing.T, prefix string, end func(rj *backupsv1.RestoreJob)) (*backupsv1.Backup, *securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
+		name := uniq(prefix)
+		b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady,
+			&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/coffer-job/" + name, SizeBytes: 1, Checksum: "sha256:" + strings.Repeat("0", 64)})
+		h := cofferHarness(t)
+		run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
+			Mode: securityv1.ModeFullRestore, SandboxNamespace: name + "-bvsandbox", Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+		rj := awaitRestoreJob(t, h, run, b)
+		end(rj)
+		require.NoError(t, cl.Status().Update(context.Background(), rj))
+		h.finish(run)
+		return b, run, result(t, run)
+	}
+	t.Run("identical", func(t *testing.T) {
+		b, run, r := play(t, "cofjobcmp", func(rj *backupsv1.RestoreJob) {
+			rj.Status.Phase = backupsv1.RestoreJobSucceeded
+			rj.Status.Items = &backupsv1.RestoreItems{Restored: 12, Compared: 12}
+		})
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
+		require.Equal(t, []string{securityv1.CodeRestoreSucceeded}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+		assert.Contains(t, r.Spec.Findings[0].Message, "driver "+jobDriverGroup+" compared 12 restored item(s) by content")
+		assert.Equal(t, "by driver "+jobDriverGroup+": 12 item(s) compared with the backup's own record of them", r.Spec.Details[coffercheck.DetailContentDiff])
+		assert.Equal(t, int32(12), r.Spec.ObjectsExpected)
+		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
+	})
+	t.Run("content mismatch", func(t *testing.T) {
+		b, run, r := play(t, "cofjobmis", func(rj *backupsv1.RestoreJob) {
+			rj.Status.Phase = backupsv1.RestoreJobFailed
+			meta.SetStatusCondition(&rj.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionReady, Status: metav1.ConditionFalse,
+				Reason: backupsv1.ReasonContentMismatch, Message: "found 1 difference(s): media/blob.bin: SHA-256 aa restored, the backup holds bb"})
+		})
+		require.Equal(t, []string{securityv1.CodeContentMismatch}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+		assert.Contains(t, r.Spec.Findings[0].Message, "media/blob.bin: SHA-256 aa restored")
+		assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonRestoreMismatch)
+	})
+}
+
 // TestCofferSandboxTakenIsNoVerdict: a full-restore whose sandbox namespace exists and was not
 // created for the run cannot be carried out. The namespace is left alone, no RestoreJob is made,
 // and the run fails BackupVerifyFailed with the sandbox-not-owned finding at medium severity: it
