@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -103,7 +104,7 @@ func (e *env) sealed(t *testing.T) {
 	b, stored := backup("sealed-1")
 	keyRef := fingerprint(oldKey.Recipient().String())
 	h := parseHeader(t, stored)
-	assert.Equal(t, artifactHeader{version: 2, compression: 1, encryption: 1, keyRef: keyRef}, h.artifactHeader, "a format-2 header: zstd, age, the key's reference")
+	assert.Equal(t, artifactHeader{version: 3, compression: 1, encryption: 1, keyRef: keyRef}, h.artifactHeader, "a format-3 header: zstd, age, the key's reference")
 	md := b.Spec.DriverMetadata
 	assert.Equal(t, "age", md[jobapi.MetadataPrefix+"encryption"])
 	assert.Equal(t, "zstd-3", md[jobapi.MetadataPrefix+"compression"])
@@ -126,6 +127,7 @@ func (e *env) sealed(t *testing.T) {
 			assert.Equal(t, want[strings.LastIndexByte(want, ' ')+1:], listed.files[p], "the artifact holds %s as it was", p)
 		}
 	}
+	assert.Equal(t, listed.files, listed.manifest, "the manifest lists every file of the tar with its SHA-256, and nothing else")
 	t.Logf("sealed artifact: %d bytes stored for a %d-byte tar (ratio %s), key %s", len(stored), listed.tarBytes, md[jobapi.MetadataPrefix+"compressionRatio"], keyRef)
 
 	// Data lost, then restored byte for byte.
@@ -170,7 +172,7 @@ type parsedHeader struct {
 	payload int // offset of the payload
 }
 
-// parseHeader reads a format-2 header as docs/artifact-format.md lays it out.
+// parseHeader reads a format-3 header (version 2's layout) as docs/artifact-format.md lays it out.
 func parseHeader(t *testing.T, b []byte) parsedHeader {
 	t.Helper()
 	magic := []byte{0x89, 'C', 'O', 'F', 'F', 'E', 'R', 0x1a}
@@ -190,6 +192,7 @@ func fingerprint(recipient string) string {
 type listing struct {
 	tarBytes int64
 	files    map[string]string // path → SHA-256 of regular files
+	manifest map[string]string // path → SHA-256, from the manifest entry (format 3)
 }
 
 // openArtifact decrypts, decompresses and reads a payload with the upstream libraries alone.
@@ -202,13 +205,26 @@ func openArtifact(t *testing.T, payload []byte, id age.Identity) listing {
 	defer zr.Close()
 	count := &countingReader{r: zr}
 	tr := tar.NewReader(count)
-	out := listing{files: map[string]string{}}
+	out := listing{files: map[string]string{}, manifest: map[string]string{}}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		require.NoError(t, err)
+		if hdr.Typeflag == 'Y' { // the manifest: one JSON object per line
+			dec := json.NewDecoder(tr)
+			for dec.More() {
+				var line struct {
+					Path   string `json:"path"`
+					Size   int64  `json:"size"`
+					SHA256 string `json:"sha256"`
+				}
+				require.NoError(t, dec.Decode(&line))
+				out.manifest[line.Path] = line.SHA256
+			}
+			continue
+		}
 		if hdr.Typeflag == tar.TypeReg {
 			h := sha256.New()
 			_, err := io.Copy(h, tr)

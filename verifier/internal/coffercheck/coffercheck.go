@@ -248,8 +248,11 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		if err != nil {
 			return out, err
 		}
-		if ready, err := c.Velero.EnsureSandboxes(ctx, run, []string{run.Spec.SandboxNamespace}, &out); !ready {
-			return out, sandboxRefused(&out, err)
+		if ready, refused, err := c.Velero.EnsureSandboxes(ctx, run, []string{run.Spec.SandboxNamespace}, &out); !ready {
+			if refused != nil {
+				return out, sandboxRefused(&out, *refused)
+			}
+			return out, err
 		}
 		if err := c.noPods(ctx, run); err != nil {
 			return out, err
@@ -311,16 +314,12 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 // sandboxRefused turns a sandbox the verifier may not use (sandbox-not-owned: a namespace it did
 // not create for this run, or a name without the sandbox suffix) into a run that could not be
 // carried out. It says nothing of the Backup, so it must not become a verdict on it, as the velero
-// backend's critical finding would: the finding stays in the Result, at medium severity, and the
-// run fails (BackupVerifyFailed). Other outcomes pass through.
-func sandboxRefused(out *velerocheck.Outcome, err error) error {
-	for i := range out.Findings {
-		if f := &out.Findings[i]; f.Code == securityv1.CodeSandboxNotOwned {
-			f.Severity = securityv1.SeverityMedium
-			return reconcile.TerminalError(fmt.Errorf("%s: the Backup was not restored, and nothing is said of it; delete that namespace or name another sandbox, then create the run again", f.Message))
-		}
-	}
-	return err
+// backend's critical finding would: the finding goes to the Result at medium severity, and the
+// run fails (BackupVerifyFailed).
+func sandboxRefused(out *velerocheck.Outcome, f securityv1.Finding) error {
+	f.Severity = securityv1.SeverityMedium
+	out.Findings = append(out.Findings, f)
+	return reconcile.TerminalError(fmt.Errorf("%s: the Backup was not restored, and nothing is said of it; delete that namespace or name another sandbox, then create the run again", f.Message))
 }
 
 // DetailContentDiff, in a full-restore's Result, says what the restored state was compared with

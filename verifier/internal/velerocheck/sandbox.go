@@ -200,22 +200,22 @@ func (c *Checker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, 
 const bindingDelay = 10 * time.Second
 
 // EnsureSandboxes makes the named sandboxes (ensureSandbox: created, or accepted when they carry
-// the run's UID, and confined). It reports whether they are all ready; when one is not, out says
-// why: a finding (a namespace the run does not own), or Done false while an earlier pass's sandbox
+// the run's UID, and confined). It reports whether they are all ready; when one is not, either it
+// returns the refusal (a sandbox-not-owned finding, critical: a namespace the run does not own),
+// which each backend weighs its own way, or it sets out.Done false while an earlier pass's sandbox
 // is still being deleted. Other backends restore into them their own way.
-func (c *Checker) EnsureSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, names []string, out *Outcome) (bool, error) {
+func (c *Checker) EnsureSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, names []string, out *Outcome) (bool, *securityv1.Finding, error) {
 	for _, name := range names {
 		wait, f, err := c.ensureSandbox(ctx, run, name)
 		switch {
 		case err != nil:
-			return false, err
+			return false, nil, err
 		case f != nil:
-			out.Findings = append(out.Findings, *f)
-			return false, nil
+			return false, f, nil
 		case wait:
 			out.Done = false
-			return false, nil
+			return false, nil, nil
 		}
 	}
-	return true, nil
+	return true, nil, nil
 }

@@ -438,7 +438,12 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	for _, src := range sources {
 		names = append(names, mapping[src])
 	}
-	if ready, err := c.EnsureSandboxes(ctx, run, names, &out); !ready {
+	if ready, refused, err := c.EnsureSandboxes(ctx, run, names, &out); !ready {
+		if refused != nil {
+			// The velero backend verifies a Velero backup by name: a sandbox it may not use is
+			// critical, as the spec has it.
+			out.Findings = append(out.Findings, *refused)
+		}
 		return out, err
 	}
 	vr, err := c.ensureRestore(ctx, run, vb, sources, mapping)
