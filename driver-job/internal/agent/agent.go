@@ -198,47 +198,27 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		}
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
-	case jobv1.ModeRestore:
+	case jobv1.ModeRestore, jobv1.ModeVerify:
 		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
 		if err != nil {
 			return err
 		}
 		if cfg.Bucket != "" && cfg.Bucket != bucket {
-			a.logf("restoring from bucket %q of the artifact URI, not --bucket %q", bucket, cfg.Bucket)
+			a.logf("reading from bucket %q of the artifact URI, not --bucket %q", bucket, cfg.Bucket)
 		}
-		status, err := a.Restore(ctx, cfg.Dir, Artifact{Bucket: bucket, Key: key, Checksum: cfg.ArtifactChecksum, SizeBytes: cfg.ArtifactSizeBytes})
+		art := Artifact{Bucket: bucket, Key: key, Checksum: cfg.ArtifactChecksum, SizeBytes: cfg.ArtifactSizeBytes}
+		if cfg.Mode == jobv1.ModeVerify {
+			report, err := a.Verify(ctx, cfg.Dir, art)
+			if err != nil {
+				return err
+			}
+			return a.report(cfg, stdout, report, true) // the report is the verdict
+		}
+		status, err := a.Restore(ctx, cfg.Dir, art)
 		if err != nil {
 			return err
 		}
-		b, err := json.Marshal(status)
-		if err != nil {
-			return err
-		}
-		// The status is informative: a restore that worked does not fail for it.
-		if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
-			a.logf("warning: %v", err)
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
-	case jobv1.ModeVerify:
-		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
-		if err != nil {
-			return err
-		}
-		report, err := a.Verify(ctx, cfg.Dir, Artifact{Bucket: bucket, Key: key, Checksum: cfg.ArtifactChecksum, SizeBytes: cfg.ArtifactSizeBytes})
-		if err != nil {
-			return err
-		}
-		b, err := json.Marshal(report)
-		if err != nil {
-			return err
-		}
-		// The report is the verdict: a verify that cannot write it fails.
-		if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return a.report(cfg, stdout, status, false) // informative: a restore that worked does not fail for it
 	case jobv1.ModeCleanup:
 		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
 		if err != nil {
@@ -254,18 +234,26 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		b, err := json.Marshal(report)
-		if err != nil {
-			return err
-		}
-		// Without its report the driver cannot tell either: a check that cannot write it fails.
-		if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
-		return err
+		return a.report(cfg, stdout, report, true) // without it the driver cannot tell either
 	}
 	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore, verify, cleanup or check", cfg.Mode)}
+}
+
+// report writes v as JSON to the termination log and stdout. required: a report that cannot be
+// written fails the run; otherwise it is a warning.
+func (a *Agent) report(cfg *Config, stdout io.Writer, v any, required bool) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := writeTerminationLog(cfg.TerminationLog, b); err != nil {
+		if required {
+			return err
+		}
+		a.logf("warning: %v", err)
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
 }
 
 // writeTerminationLog replaces the content of path with msg, cut to what Kubernetes keeps. An empty

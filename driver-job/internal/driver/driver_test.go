@@ -842,29 +842,25 @@ func TestVerificationRestore(t *testing.T) {
 		require.Equal(t, &backupsv1.RestoreItems{Restored: 7, Compared: 7}, rj.Status.Items)
 		require.Contains(t, readyCondition(rj.Status.Conditions).Message, "compared all 7 file(s) with the manifest")
 	})
-	t.Run("differences fail ContentMismatch", func(t *testing.T) {
+	// reported runs a verification whose Job succeeds with report, and returns its RestoreJob.
+	reported := func(t *testing.T, report string) *backupsv1.RestoreJob {
 		f := newFixture(t, withVerify)
-		b := f.succeededBackup()
-		rj := f.verificationRestoreJob(b, true)
+		rj := f.verificationRestoreJob(f.succeededBackup(), true)
 		reconcileOnce(t, f.restoreReconciler(), rj)
 		j := f.jobsOf(names.KindRestoreJob)[0]
-		f.finish(&j, 0, `{"uri":"`+b.Status.Artifact.URI+`","format":3,"files":7,"compared":6,"mismatched":1,"differences":["db/data.bin: SHA-256 aa restored, the backup holds bb"]}`, "")
+		f.finish(&j, 0, report, "")
 		reconcileOnce(t, f.restoreReconciler(), rj)
-		rj = get(t, rj)
+		return get(t, rj)
+	}
+	t.Run("differences fail ContentMismatch", func(t *testing.T) {
+		rj := reported(t, `{"uri":"s3://coffer/a.tar","format":3,"files":7,"compared":6,"mismatched":1,"differences":["db/data.bin: SHA-256 aa restored, the backup holds bb"]}`)
 		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
 		ready := readyCondition(rj.Status.Conditions)
 		require.Equal(t, backupsv1.ReasonContentMismatch, ready.Reason)
 		require.Contains(t, ready.Message, "db/data.bin: SHA-256 aa restored")
 	})
 	t.Run("a report that is not one", func(t *testing.T) {
-		f := newFixture(t, withVerify)
-		b := f.succeededBackup()
-		rj := f.verificationRestoreJob(b, true)
-		reconcileOnce(t, f.restoreReconciler(), rj)
-		j := f.jobsOf(names.KindRestoreJob)[0]
-		f.finish(&j, 0, `{"uri":"x","format":3,"files":1,"compared":1,"mismatched":0,"extra":1}`, "")
-		reconcileOnce(t, f.restoreReconciler(), rj)
-		rj = get(t, rj)
+		rj := reported(t, `{"uri":"x","format":3,"files":1,"compared":1,"mismatched":0,"extra":1}`)
 		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
 		require.Equal(t, backupsv1.ReasonArtifactReportInvalid, readyCondition(rj.Status.Conditions).Reason)
 	})
