@@ -147,9 +147,9 @@ func TestVerifyReportsRestoredFilesThatDiffer(t *testing.T) {
 	assertNoStaging(t, scratch)
 }
 
-// artifactV3 is an artifact of the given header version (no compression, no encryption) of a tar
+// artifactOf is an artifact of the given header version (no compression, no encryption) of a tar
 // made of entries.
-func artifactV3(t *testing.T, version uint8, entries ...entry) []byte {
+func artifactOf(t *testing.T, version uint8, entries ...entry) []byte {
 	t.Helper()
 	h, err := Header{Version: version}.MarshalBinary()
 	if err != nil {
@@ -164,7 +164,8 @@ func manifestLine(path, data string) string {
 }
 
 // TestVerifyArtifactsByHand checks a verify against artifacts written by hand: a manifest that
-// disagrees with the file it lists, a format 2 artifact (no manifest: nothing compared), a
+// disagrees with the file it lists, a format 2 artifact (no manifest: nothing compared; and it
+// restores), a
 // format 3 one without a manifest, an entry after the manifest, and a manifest that is not one.
 func TestVerifyArtifactsByHand(t *testing.T) {
 	bucket := newBucket(t)
@@ -173,16 +174,24 @@ func TestVerifyArtifactsByHand(t *testing.T) {
 		return entry{hdr: tar.Header{Typeflag: typeManifest, Name: manifestName, Mode: 0o400}, data: body}
 	}
 
-	lying := upload(t, bucket, "lying.tar", artifactV3(t, 3, file, manifest(manifestLine("x", "hellO"))))
+	lying := upload(t, bucket, "lying.tar", artifactOf(t, 3, file, manifest(manifestLine("x", "hellO"))))
 	got := verified(t, restoreEnv(t, jobv1.ModeVerify, bucket, t.TempDir(), lying))
 	if got.Mismatched != 1 || got.Compared != 0 || len(got.Differences) != 1 || !strings.Contains(got.Differences[0], "x: SHA-256") {
 		t.Errorf("a manifest that disagrees with its file: %+v, want one SHA-256 difference", got)
 	}
 
-	v2 := upload(t, bucket, "v2.tar", artifactV3(t, 2, file))
+	v2 := upload(t, bucket, "v2.tar", artifactOf(t, 2, file))
 	got = verified(t, restoreEnv(t, jobv1.ModeVerify, bucket, t.TempDir(), v2))
 	if got.Format != 2 || got.Files != 1 || got.Compared != 0 || got.Mismatched != 0 {
 		t.Errorf("a format 2 artifact: %+v, want 1 file restored and none compared", got)
+	}
+	// The previous format restores as it always did.
+	dir := t.TempDir()
+	if r := run(t, restoreEnv(t, jobv1.ModeRestore, bucket, dir, v2)); r.code != 0 || !strings.Contains(r.termLog, `"format":2`) {
+		t.Fatalf("restore of a format 2 artifact exited %d (%s): %s", r.code, r.termLog, r.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "x")); err != nil || string(b) != "hello" {
+		t.Errorf("x of the format 2 artifact reads %q, %v", b, err)
 	}
 
 	for _, tc := range []struct {
@@ -197,7 +206,7 @@ func TestVerifyArtifactsByHand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			scratch := t.TempDir()
-			report := upload(t, bucket, "bad.tar", artifactV3(t, 3, tc.tar...))
+			report := upload(t, bucket, "bad.tar", artifactOf(t, 3, tc.tar...))
 			r := run(t, restoreEnv(t, jobv1.ModeVerify, bucket, scratch, report))
 			if r.code != 1 || !strings.Contains(r.termLog, tc.want) {
 				t.Errorf("verify exited %d with %q; want 1 and %q", r.code, r.termLog, tc.want)
