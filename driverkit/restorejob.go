@@ -117,7 +117,11 @@ func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Res
 	msg := out.Message
 	if it := out.Items; it != nil {
 		s.rj.Status.Items = it.DeepCopy()
-		msg += fmt.Sprintf(" (%d item(s) restored, %d skipped, %d failed)", it.Restored, it.Skipped, it.Failed)
+		msg += fmt.Sprintf(" (%d item(s) restored, %d skipped, %d failed", it.Restored, it.Skipped, it.Failed)
+		if it.Compared > 0 {
+			msg += fmt.Sprintf("; %d compared by content with the backup's record of them", it.Compared)
+		}
+		msg += ")"
 		if it.Restored == 0 && it.Skipped > 0 {
 			msg += "; nothing was restored: every item already existed, so the restore changed nothing. Delete what should be replaced, or restore into another application or namespace"
 			if out.Warning == "" {
