@@ -129,6 +129,8 @@ func ParseVerifyReport(msg string) (*VerifyReport, error) {
 		return nil, fmt.Errorf("verify report names %d differences, more than %d", len(r.Differences), MaxVerifyDifferences)
 	case r.Mismatched == 0 && len(r.Differences) > 0:
 		return nil, fmt.Errorf("verify report names differences but counts none")
+	case r.Compared > r.Files:
+		return nil, fmt.Errorf("verify report compared %d files but restored %d", r.Compared, r.Files)
 	}
 	return &r, nil
 }

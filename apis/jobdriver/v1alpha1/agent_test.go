@@ -103,3 +103,28 @@ func TestParseCheckReport(t *testing.T) {
 		})
 	}
 }
+
+func TestParseVerifyReport(t *testing.T) {
+	good := `{"uri":"s3://b/k.tar","format":3,"files":7,"compared":6,"mismatched":1,"differences":["a: SHA-256 x restored, the backup holds y"]}`
+	r, err := ParseVerifyReport(good)
+	if err != nil || r.Files != 7 || r.Compared != 6 || r.Mismatched != 1 || len(r.Differences) != 1 || r.Format != 3 {
+		t.Fatalf("ParseVerifyReport(%s) = %+v, %v", good, r, err)
+	}
+	ten := strings.Repeat(`"d",`, MaxVerifyDifferences)
+	for _, tc := range []struct{ name, msg, err string }{
+		{"empty", "", "empty"},
+		{"an error message", "verify failed: wrong key", "not a verify report"},
+		{"unknown field", `{"uri":"u","format":3,"files":1,"compared":1,"mismatched":0,"extra":1}`, "unknown field"},
+		{"no format", `{"uri":"u","files":1,"compared":1,"mismatched":0}`, "format is missing"},
+		{"negative", `{"uri":"u","format":3,"files":1,"compared":-1,"mismatched":0}`, "negative"},
+		{"differences without a count", `{"uri":"u","format":3,"files":1,"compared":1,"mismatched":0,"differences":["d"]}`, "counts none"},
+		{"too many differences", `{"uri":"u","format":3,"files":1,"compared":0,"mismatched":20,"differences":[` + ten + `"d"]}`, "more than"},
+		{"more compared than restored", `{"uri":"u","format":3,"files":1,"compared":2,"mismatched":0}`, "compared 2 files but restored 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := ParseVerifyReport(tc.msg); err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
