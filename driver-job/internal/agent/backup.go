@@ -281,7 +281,10 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest 
 	bw := bufio.NewWriterSize(w, 1<<20)
 	tw := tar.NewWriter(bw)
 	buf := make([]byte, 256<<10)
-	m := newManifest()
+	var m *manifest // nil: files are neither hashed nor listed
+	if withManifest {
+		m = newManifest()
+	}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if path != dir && errors.Is(err, fs.ErrNotExist) {
@@ -318,7 +321,7 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest 
 	if err != nil {
 		return err
 	}
-	if withManifest {
+	if m != nil {
 		if err := m.write(tw); err != nil {
 			return err
 		}
@@ -329,7 +332,8 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest 
 	return bw.Flush()
 }
 
-// addEntry writes one file, directory or symbolic link, and records a file in the manifest.
+// addEntry writes one file, directory or symbolic link, and records a file in the manifest m
+// unless m is nil.
 func addEntry(tw *tar.Writer, m *manifest, path, name string, fi fs.FileInfo, buf []byte, warnf func(string, ...any)) error {
 	var link string
 	var f *os.File
@@ -371,13 +375,20 @@ func addEntry(tw *tar.Writer, m *manifest, path, name string, fi fs.FileInfo, bu
 	if f == nil {
 		return nil
 	}
-	m.hash.Reset()
-	n, err := io.CopyBuffer(io.MultiWriter(tw, m.hash), io.LimitReader(f, hdr.Size), buf)
+	var dst io.Writer = tw
+	if m != nil {
+		m.hash.Reset()
+		dst = io.MultiWriter(tw, m.hash)
+	}
+	n, err := io.CopyBuffer(dst, io.LimitReader(f, hdr.Size), buf)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if n != hdr.Size {
 		return fmt.Errorf("%s shrank from %d to %d bytes while it was read", name, hdr.Size, n)
+	}
+	if m == nil {
+		return nil
 	}
 	return m.add(name, n)
 }
