@@ -556,22 +556,30 @@ func awaitRestoreJob(t *testing.T, h *harness, run *securityv1.BackupVerifyRun, 
 	return rj
 }
 
-// TestCofferFullRestoreWithoutContentDiff: a full-restore of a Backup whose driver is not Velero
-// (driver-job's here, played by the test: its RestoreJob simply succeeds) rests on the RestoreJob
-// alone, and its Result says that no content diff was made for that driver instead of claiming a
-// comparison: no objects expected or compared.
-func TestCofferFullRestoreWithoutContentDiff(t *testing.T) {
-	name := uniq("cofjobfr")
+// playJobDriverFullRestore runs a coffer full-restore of a driver-job Backup whose RestoreJob the
+// test plays: end writes the RestoreJob's terminal status. It returns the Backup, the finished run
+// and its Result.
+func playJobDriverFullRestore(t *testing.T, prefix string, end func(rj *backupsv1.RestoreJob)) (*backupsv1.Backup, *securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
+	t.Helper()
+	name := uniq(prefix)
 	b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady,
 		&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/coffer-job/" + name, SizeBytes: 1, Checksum: "sha256:" + strings.Repeat("0", 64)})
 	h := cofferHarness(t)
 	run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
 		Mode: securityv1.ModeFullRestore, SandboxNamespace: name + "-bvsandbox", Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
 	rj := awaitRestoreJob(t, h, run, b)
-	rj.Status.Phase = backupsv1.RestoreJobSucceeded
+	end(rj)
 	require.NoError(t, cl.Status().Update(context.Background(), rj))
 	h.finish(run)
-	r := result(t, run)
+	return b, run, result(t, run)
+}
+
+// TestCofferFullRestoreWithoutContentDiff: a full-restore of a Backup whose driver is not Velero
+// (driver-job's here, played by the test: its RestoreJob simply succeeds) rests on the RestoreJob
+// alone, and its Result says that no content diff was made for that driver instead of claiming a
+// comparison: no objects expected or compared.
+func TestCofferFullRestoreWithoutContentDiff(t *testing.T) {
+	b, run, r := playJobDriverFullRestore(t, "cofjobfr", func(rj *backupsv1.RestoreJob) { rj.Status.Phase = backupsv1.RestoreJobSucceeded })
 	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
 	require.Equal(t, []string{securityv1.CodeRestoreSucceeded}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
 	assert.Contains(t, r.Spec.Findings[0].Message, "no content diff is available for driver "+jobDriverGroup)
@@ -586,21 +594,8 @@ func TestCofferFullRestoreWithoutContentDiff(t *testing.T) {
 // becomes the Result's content diff; a driver that found differences fails the RestoreJob
 // ContentMismatch, which becomes a content-mismatch finding and Verified=False.
 func TestCofferFullRestoreComparedByTheDriver(t *testing.T) {
-	play := func(t *testing.T, prefix string, end func(rj *backupsv1.RestoreJob)) (*backupsv1.Backup, *securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
-		name := uniq(prefix)
-		b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady,
-			&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/coffer-job/" + name, SizeBytes: 1, Checksum: "sha256:" + strings.Repeat("0", 64)})
-		h := cofferHarness(t)
-		run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
-			Mode: securityv1.ModeFullRestore, SandboxNamespace: name + "-bvsandbox", Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
-		rj := awaitRestoreJob(t, h, run, b)
-		end(rj)
-		require.NoError(t, cl.Status().Update(context.Background(), rj))
-		h.finish(run)
-		return b, run, result(t, run)
-	}
 	t.Run("identical", func(t *testing.T) {
-		b, run, r := play(t, "cofjobcmp", func(rj *backupsv1.RestoreJob) {
+		b, run, r := playJobDriverFullRestore(t, "cofjobcmp", func(rj *backupsv1.RestoreJob) {
 			rj.Status.Phase = backupsv1.RestoreJobSucceeded
 			rj.Status.Items = &backupsv1.RestoreItems{Restored: 12, Compared: 12}
 		})
@@ -612,7 +607,7 @@ func TestCofferFullRestoreComparedByTheDriver(t *testing.T) {
 		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
 	})
 	t.Run("content mismatch", func(t *testing.T) {
-		b, run, r := play(t, "cofjobmis", func(rj *backupsv1.RestoreJob) {
+		b, run, r := playJobDriverFullRestore(t, "cofjobmis", func(rj *backupsv1.RestoreJob) {
 			rj.Status.Phase = backupsv1.RestoreJobFailed
 			meta.SetStatusCondition(&rj.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionReady, Status: metav1.ConditionFalse,
 				Reason: backupsv1.ReasonContentMismatch, Message: "found 1 difference(s): media/blob.bin: SHA-256 aa restored, the backup holds bb"})
