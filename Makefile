@@ -44,6 +44,7 @@ verify: generate manifests tidy ## Regenerate, tidy and fail on any diff; gofmt 
 	@test -z "$$(gofmt -l $(MODULES))" || { echo "gofmt needed:"; gofmt -l $(MODULES); exit 1; }
 	@git diff --exit-code -- . || { echo "generated files or go.mod/go.sum are stale: run make generate manifests tidy"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy '*go.mod' '*go.sum')" || { git status --porcelain -- apis deploy; echo "untracked generated files"; exit 1; }
+	@bins=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] && [ "$$(head -c 4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ] && echo "$$f"; done; true' sh); test -z "$$bins" || { echo "build output tracked in git: $$bins"; exit 1; }
 
 .PHONY: build
 build: ## Build every binary into bin/ (and check every module builds and vets alone).
