@@ -95,6 +95,11 @@ func Hash(r io.Reader) (Digest, error) {
 // Open GETs url and returns its body; the caller closes it. The URL is presigned: no error it
 // returns (nor any error reading the body, see Redact) carries its query string, which holds the
 // signature. A non-200 answer is an *HTTPError.
+//
+// The body counts the bytes it delivers against what the server announced (Content-Length): every
+// error reading it, and an end before the announced length, is a *TransportError (IsTransport),
+// never io.EOF nor a bare io.ErrUnexpectedEOF, so a reader stacked on it (gzip, tar, JSON) passes
+// it up as it is and its caller can tell a connection that broke from data that is truncated.
 func Open(ctx context.Context, httpClient *http.Client, url string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -108,7 +113,78 @@ func Open(ctx context.Context, httpClient *http.Client, url string) (io.ReadClos
 		resp.Body.Close()
 		return nil, fmt.Errorf("downloading from the object store: %w", &HTTPError{StatusCode: resp.StatusCode, Status: resp.Status})
 	}
-	return redactingBody{resp.Body}, nil
+	return &countingBody{body: redactingBody{resp.Body}, expected: resp.ContentLength}, nil
+}
+
+// ErrTransport is what every *TransportError is (errors.Is): the bytes of a download did not all
+// arrive. It says nothing about the file: a transport fault is retried, never a verdict.
+var ErrTransport = errors.New("transport fault")
+
+// TransportError is a download that stopped before its end: the connection broke, timed out or
+// was reset, or closed before the Content-Length the server announced.
+type TransportError struct {
+	// Read is how many bytes of the body arrived; Expected is its Content-Length, -1 when the
+	// server announced none.
+	Read, Expected int64
+	// Err is the error reading the body (redacted), or nil when it ended early without one.
+	Err error
+}
+
+func (e *TransportError) Error() string {
+	what := fmt.Sprintf("transport fault: the download stopped after %d bytes", e.Read)
+	if e.Expected >= 0 {
+		what = fmt.Sprintf("transport fault: the download stopped after %d of the %d bytes the object store announced", e.Read, e.Expected)
+	}
+	if e.Err != nil {
+		return what + ": " + e.Err.Error()
+	}
+	return what
+}
+
+// Unwrap returns the read error (for errors.Is of context.DeadlineExceeded and the like).
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Is makes every TransportError ErrTransport.
+func (e *TransportError) Is(target error) bool { return target == ErrTransport }
+
+// IsTransport reports whether err (or an error it wraps) is a transport fault of a download.
+func IsTransport(err error) bool { return errors.Is(err, ErrTransport) }
+
+// countingBody counts the bytes of a response body and turns every read error, and an EOF before
+// the announced length, into a *TransportError. It returns io.EOF only at the announced end (or,
+// without a Content-Length, at the end the transport reports).
+type countingBody struct {
+	body     io.ReadCloser
+	expected int64
+	read     int64
+	err      error
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.body.Read(p)
+	b.read += int64(n)
+	switch {
+	case err == nil:
+		return n, nil
+	case err == io.EOF && (b.expected < 0 || b.read == b.expected):
+		b.err = io.EOF
+	case err == io.EOF:
+		b.err = &TransportError{Read: b.read, Expected: b.expected}
+	default:
+		b.err = &TransportError{Read: b.read, Expected: b.expected, Err: err}
+	}
+	return n, b.err
+}
+
+func (b *countingBody) Close() error { return b.body.Close() }
+
+// Counted is r read as Open's bodies are: expected is the length the server announced for it (-1
+// for none); every error reading r, and an end before expected bytes, is a *TransportError.
+func Counted(r io.Reader, expected int64) io.Reader {
+	return &countingBody{body: io.NopCloser(r), expected: expected}
 }
 
 // HTTPError is an object store's answer other than 200 OK.

@@ -74,9 +74,16 @@ func (s *Store) Hash(ctx context.Context, bucket, key string) (download.Digest, 
 		return download.Digest{}, s.storeError(err)
 	}
 	defer obj.Close()
-	d, err := download.Hash(obj)
+	// Stat returns the store's answer to the GET: a missing object is known here.
+	info, err := obj.Stat()
 	if err != nil {
 		return download.Digest{}, s.storeError(err)
+	}
+	// What fails after it is the transfer, counted against the announced size: a transport fault
+	// (download.IsTransport), retried, never a short artifact (size-mismatch) or a finding.
+	d, err := download.Hash(download.Counted(obj, info.Size))
+	if err != nil {
+		return download.Digest{}, fmt.Errorf("reading %s/%s from S3 endpoint %s: %w; check that it is reachable from the verifier", bucket, key, s.Endpoint, err)
 	}
 	return d, nil
 }

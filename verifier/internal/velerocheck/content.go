@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/velerokit/download"
 )
 
 // A full-restore compares every object it restored with its copy in the backup, by content: the
@@ -342,7 +343,15 @@ func walkContents(r io.Reader, metaOnly map[string]bool, visit func(k objectKey,
 	}
 }
 
+// tarballError marks an error of decoding the tarball as a fact about it (errTarball) when it is
+// one: the data was read and does not decode. A transport fault of the download (the body ended
+// before the length the store announced, the connection broke: download.IsTransport) is never
+// one, though gzip and tar report a body that ends early as io.ErrUnexpectedEOF too: it is returned
+// as it is, an error the run retries.
 func tarballError(err error) error {
+	if download.IsTransport(err) {
+		return err
+	}
 	if errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: %v", errTarball, err)
 	}
@@ -381,7 +390,7 @@ func (c *Checker) readContents(ctx context.Context, run *securityv1.BackupVerify
 	}
 	defer done()
 	if err := read(body); err != nil {
-		if errors.Is(err, errTarball) {
+		if errors.Is(err, errTarball) && !download.IsTransport(err) {
 			return err
 		}
 		return c.storageError(bsl, "reading the backup's tarball", err)

@@ -5,8 +5,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/coffer-backup/coffer/velerokit/download"
 )
 
 // obj decodes JSON as the client and the tarball reader do (integers as int64).
@@ -340,4 +347,47 @@ func TestIndexContentsOfACorruptTarball(t *testing.T) {
 	assert.True(t, errors.Is(err, errTarball), "%v", err)
 	_, err = indexContents(bytes.NewReader(good[:len(good)/2]), nil, nil, nil)
 	assert.True(t, errors.Is(err, errTarball), "%v", err)
+}
+
+// TestCutDownloadIsNoVerdict: a tarball whose download stops before the length the object store
+// announced is a transport fault, not a tarball that does not decode; a tarball that arrives whole
+// and is itself truncated still is one (errTarball, a fact about the backup). Before, both were
+// errTarball: the connection that broke became a restore-failed finding.
+func TestCutDownloadIsNoVerdict(t *testing.T) {
+	var files []tarFile
+	for i := range 200 {
+		files = append(files, tarFile{fmt.Sprintf("resources/configmaps/namespaces/prod/c%d.json", i),
+			fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c%d","namespace":"prod"},"data":{"k":"%s"}}`, i, strings.Repeat("v", i))})
+	}
+	good := tarball(t, files...).Bytes()
+	truncated := good[:len(good)/2]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/cut.tar.gz": // the whole tarball announced, half of it sent, the connection closed
+			w.Header().Set("Content-Length", strconv.Itoa(len(good)))
+			_, _ = w.Write(truncated)
+			w.(http.Flusher).Flush()
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+		case "/truncated.tar.gz": // a truncated tarball, sent whole
+			w.Header().Set("Content-Length", strconv.Itoa(len(truncated)))
+			_, _ = w.Write(truncated)
+		}
+	}))
+	defer srv.Close()
+	index := func(path string) error {
+		body, err := download.Open(context.Background(), srv.Client(), srv.URL+path)
+		require.NoError(t, err)
+		defer body.Close()
+		_, err = indexContents(body, nil, nil, nil)
+		return err
+	}
+	err := index("/cut.tar.gz")
+	require.Error(t, err)
+	assert.True(t, download.IsTransport(err), "%v", err)
+	assert.False(t, errors.Is(err, errTarball), "a cut connection says nothing of the tarball: %v", err)
+	err = index("/truncated.tar.gz")
+	assert.True(t, errors.Is(err, errTarball), "%v", err)
+	assert.False(t, download.IsTransport(err), "%v", err)
 }

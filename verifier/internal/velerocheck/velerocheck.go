@@ -317,6 +317,9 @@ var errMalformed = errors.New("malformed")
 
 // malformed reports whether a decoding error is about the content (not about reading it).
 func malformed(err error) bool {
+	if download.IsTransport(err) {
+		return false // the file did not arrive whole: nothing is known of its content
+	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	return errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.As(err, &syn) || errors.As(err, &typ)
