@@ -1,0 +1,63 @@
+// Package cachetrim trims the objects a controller caches to what the controller reads.
+//
+// A controller-runtime manager caches every object of each kind it watches, cluster-wide, for as
+// long as it runs. Tenants write annotations (and, on RestoreJobs, options) of up to the API
+// server's limits, so what a tenant writes must not stay in every controller's memory unless the
+// controller reads it. Transform drops metadata.managedFields (no component reads it) and every
+// annotation the component does not name, and a component may drop more of a kind it reads
+// partly. Labels are kept: selectors, indexes and owners are matched by them.
+//
+// A trimmed object is only good for reading and for patches computed against it (a merge patch
+// of the changes): an Update would write the trimmed object back and erase on the server what the
+// cache dropped. Coffer's components write cached objects only with Patch and Status().Patch.
+package cachetrim
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+)
+
+// Keep names the annotations a component reads, each with the longest value it keeps. An
+// annotation not named, or longer than its bound, is dropped from the cached object, as if it
+// were not set.
+type Keep map[string]int
+
+// Transform returns a cache transform (controller-runtime's cache.Options.DefaultTransform,
+// client-go's TransformFunc) that drops managedFields and the annotations keep does not name, then
+// applies each of more to the object. Objects that are not Kubernetes objects (a deletion
+// tombstone) pass unchanged.
+func Transform(keep Keep, more ...func(obj any)) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return obj, nil
+		}
+		m.SetManagedFields(nil)
+		if a := m.GetAnnotations(); len(a) > 0 {
+			var kept map[string]string
+			for k, v := range a {
+				if limit, ok := keep[k]; ok && len(v) <= limit {
+					if kept == nil {
+						kept = map[string]string{}
+					}
+					kept[k] = v
+				}
+			}
+			m.SetAnnotations(kept)
+		}
+		for _, f := range more {
+			f(obj)
+		}
+		return obj, nil
+	}
+}
+
+// Merge returns one Keep with every annotation of ks (the larger bound where two name one key).
+func Merge(ks ...Keep) Keep {
+	out := Keep{}
+	for _, k := range ks {
+		for key, limit := range k {
+			out[key] = max(out[key], limit)
+		}
+	}
+	return out
+}

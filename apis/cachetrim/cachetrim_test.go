@@ -1,0 +1,46 @@
+package cachetrim_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/cachetrim"
+)
+
+func TestTransform(t *testing.T) {
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns",
+		Labels:        map[string]string{"team": "a"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+		Annotations: map[string]string{
+			"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 200<<10),
+			backupsv1.AnnotationScheduledTime:                  "2026-04-29T02:00:00Z",
+			backupsv1.AnnotationAdopted:                        strings.Repeat("true", 100), // named, but longer than its bound
+		}},
+		Spec: backupsv1.RestoreJobSpec{Options: map[string]string{"targetNamespace": "b"}}}
+	dropOptions := func(obj any) { obj.(*backupsv1.RestoreJob).Spec.Options = nil }
+	out, err := cachetrim.Transform(cachetrim.Keep{backupsv1.AnnotationScheduledTime: 64, backupsv1.AnnotationAdopted: 8}, dropOptions)(rj)
+	require.NoError(t, err)
+	got := out.(*backupsv1.RestoreJob)
+	assert.Nil(t, got.ManagedFields)
+	assert.Equal(t, map[string]string{backupsv1.AnnotationScheduledTime: "2026-04-29T02:00:00Z"}, got.Annotations)
+	assert.Equal(t, map[string]string{"team": "a"}, got.Labels, "labels are kept")
+	assert.Nil(t, got.Spec.Options)
+
+	none, err := cachetrim.Transform(cachetrim.Keep{})(&backupsv1.Plan{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "b"}}})
+	require.NoError(t, err)
+	assert.Nil(t, none.(*backupsv1.Plan).Annotations)
+
+	tombstone := struct{ Key string }{"ns/r"}
+	same, err := cachetrim.Transform(cachetrim.Keep{})(tombstone)
+	require.NoError(t, err)
+	assert.Equal(t, tombstone, same, "what is not an object passes unchanged")
+}
+
+func TestMerge(t *testing.T) {
+	assert.Equal(t, cachetrim.Keep{"a": 10, "b": 5}, cachetrim.Merge(cachetrim.Keep{"a": 3, "b": 5}, cachetrim.Keep{"a": 10}))
+}
