@@ -257,6 +257,10 @@ func (c *Config) validate() error {
 		if c.RunName == "" || c.RunUID == "" {
 			return usageErrorf("%s and %s are required to name the backup", jobv1.EnvRunName, jobv1.EnvRunUID)
 		}
+		// Refused before anything is uploaded: a URI the driver could not read as s3://bucket/key.
+		if _, _, err := ParseArtifactURI(ArtifactURI(c.Bucket, ObjectKey(c.Prefix, c.RunName, c.RunUID))); err != nil {
+			return usageErrorf("the bucket and prefix make no usable artifact URI: %v", err)
+		}
 	case jobv1.ModeRestore, jobv1.ModeVerify:
 		if !checksumPattern.MatchString(c.ArtifactChecksum) {
 			return usageErrorf("%s=%q is not sha256: followed by 64 lower-case hex digits", jobv1.EnvArtifactChecksum, c.ArtifactChecksum)
@@ -292,23 +296,14 @@ func ParseEndpoint(endpoint string) (host string, secure bool, err error) {
 	return u.Host, u.Scheme == "https", nil
 }
 
-// ParseArtifactURI splits s3://bucket/key.
+// ParseArtifactURI splits s3://bucket/key with the one strict parser of artifact URIs
+// (jobv1.ParseS3URI).
 func ParseArtifactURI(uri string) (bucket, key string, err error) {
 	if uri == "" {
 		return "", "", fmt.Errorf("no artifact: %s is empty", jobv1.EnvArtifactURI)
 	}
-	u, err := url.Parse(uri)
-	if err != nil {
-		return "", "", fmt.Errorf("artifact URI %q: %w", uri, err)
-	}
-	key = strings.TrimPrefix(u.Path, "/")
-	if u.Scheme != "s3" || u.Host == "" || key == "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", "", fmt.Errorf("artifact URI %q is not s3://bucket/key", uri)
-	}
-	return u.Host, key, nil
+	return jobv1.ParseS3URI(uri)
 }
 
 // ArtifactURI is the inverse of ParseArtifactURI.
-func ArtifactURI(bucket, key string) string {
-	return (&url.URL{Scheme: "s3", Host: bucket, Path: "/" + key}).String()
-}
+func ArtifactURI(bucket, key string) string { return jobv1.S3URI(bucket, key) }

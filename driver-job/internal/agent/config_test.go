@@ -107,6 +107,10 @@ func TestUsageErrors(t *testing.T) {
 		{"no artifact", restore(map[string]string{jobv1.EnvArtifactURI: ""}), nil, "COFFER_ARTIFACT_URI is empty"},
 		{"artifact not s3", restore(map[string]string{jobv1.EnvArtifactURI: "https://bucket/key"}), nil, "is not s3://bucket/key"},
 		{"artifact without key", backup(map[string]string{jobv1.EnvMode: "cleanup", jobv1.EnvArtifactURI: "s3://bucket/"}), nil, "is not s3://bucket/key"},
+		{"artifact climbing out", restore(map[string]string{jobv1.EnvArtifactURI: "s3://bucket/tenant-a/../tenant-b/x.tar"}), nil, `has a ".." segment`},
+		{"artifact percent-encoded", restore(map[string]string{jobv1.EnvArtifactURI: "s3://bucket/tenant-a%2F..%2Ftenant-b/x.tar"}), nil, "no percent-encoding"},
+		{"prefix climbing out", backup(nil), []string{"--prefix=tenant-a/../tenant-b"}, "make no usable artifact URI"},
+		{"bucket with a user", backup(map[string]string{jobv1.ParamEnvName("bucket"): "tenant-b-private@coffer"}), nil, "is not a bucket name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, tc.env, tc.args...)
