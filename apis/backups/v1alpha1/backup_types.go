@@ -26,6 +26,7 @@ type BackupSpec struct {
 
 	// planRef is the Plan whose run produced this backup, if any.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(self.name) <= 253",message="planRef.name must be at most 253 characters"
 	PlanRef *corev1.LocalObjectReference `json:"planRef,omitempty"`
 
 	// strategyRef is the strategy resolved from the BackupClass when the backup was taken. Its
@@ -43,6 +44,7 @@ type BackupSpec struct {
 	// driverMetadata is opaque to core: what the driver needs to find the artifact again.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) > 0 && size(k) <= 253 && size(self[k]) <= 4096)",message="driverMetadata: keys must be 1-253 characters and values at most 4096 characters"
 	DriverMetadata map[string]string `json:"driverMetadata,omitempty"`
 }
 

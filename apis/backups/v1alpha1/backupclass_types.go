@@ -37,6 +37,7 @@ type BackupClassStrategy struct {
 	// hold secret values: they are copied into Backup metadata.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) > 0 && size(k) <= 253 && size(self[k]) <= 4096)",message="parameters: keys must be 1-253 characters and values at most 4096 characters"
 	Parameters map[string]string `json:"parameters,omitempty"`
 }
 

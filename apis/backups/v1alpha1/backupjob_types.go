@@ -20,6 +20,7 @@ const (
 type BackupJobSpec struct {
 	// planRef is the Plan that triggered this run, if any.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="size(self.name) <= 253",message="planRef.name must be at most 253 characters"
 	PlanRef *corev1.LocalObjectReference `json:"planRef,omitempty"`
 
 	// applicationRef is the application to back up. An unset apiGroup means "apps.cozystack.io".
@@ -85,12 +86,15 @@ type RunStrategy struct {
 
 	// strategyRef is the driver strategy the run uses.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="(!has(self.apiGroup) || size(self.apiGroup) <= 253) && size(self.kind) <= 63 && size(self.name) <= 253",message="strategyRef: apiGroup and name must be at most 253 characters, kind at most 63"
 	StrategyRef corev1.TypedLocalObjectReference `json:"strategyRef"`
 
 	// parameters are the class parameters for that strategy at claim time. Class parameters are
-	// not secret (contract GEN-10): they are shown to the tenant who owns the run.
+	// not secret (contract GEN-10): they are shown to the tenant who owns the run. Bounded as a
+	// BackupClass's are (MaxParameters, MaxParameterKeyLength, MaxParameterValueLength).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) > 0 && size(k) <= 253 && size(self[k]) <= 4096)",message="parameters: keys must be 1-253 characters and values at most 4096 characters"
 	Parameters map[string]string `json:"parameters,omitempty"`
 }
 
@@ -122,3 +126,11 @@ type BackupJobList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BackupJob `json:"items"`
 }
+
+// Bounds of a strategy's parameters (BackupClass spec.strategies[].parameters, and the copy a run
+// records in status.strategy.parameters), enforced at admission by the CRDs' schemas.
+const (
+	MaxParameters           = 64
+	MaxParameterKeyLength   = 253
+	MaxParameterValueLength = 4096
+)

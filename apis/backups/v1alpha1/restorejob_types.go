@@ -33,8 +33,11 @@ type RestoreJobSpec struct {
 	// admission policy coffer-restore-target: targetNamespace (OptionTargetNamespace) restores into
 	// another namespace, admitted only when the creating user may create RestoreJobs there. The
 	// others are driver-specific.
+	// Bounded (MaxOptions, MaxOptionKeyLength, MaxOptionValueLength): every controller holds every
+	// RestoreJob in memory.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) > 0 && size(k) <= 63 && size(self[k]) <= 1024)",message="options: keys must be 1-63 characters and values at most 1024 characters"
 	Options map[string]string `json:"options,omitempty"`
 }
 
@@ -115,6 +118,14 @@ type RestoreJobList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RestoreJob `json:"items"`
 }
+
+// Bounds of spec.options, enforced at admission by the CRD's schema. Every option a driver reads
+// today is a namespace name or "true"/"false".
+const (
+	MaxOptions           = 32
+	MaxOptionKeyLength   = 63
+	MaxOptionValueLength = 1024
+)
 
 // OptionTargetNamespace is the standard restore option naming the namespace to restore into, when
 // it is not the RestoreJob's own (contract RJ-5, RJ-9).
