@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -22,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/cachetrim"
 	"github.com/coffer-backup/coffer/core-controller/internal/controllers"
 	"github.com/coffer-backup/coffer/core-controller/internal/metrics"
 )
@@ -98,6 +100,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "core-controller.backups.cozystack.io",
 		LeaderElectionNamespace: o.leaderNS,
+		Cache:                   cache.Options{DefaultTransform: cacheTransform()},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -122,6 +125,25 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 	ctrl.Log.Info("Starting core controller", "driverClaimTimeout", o.controllers.ClaimTimeout,
 		"leaderElection", o.leaderElect, "planWorkers", o.controllers.PlanWorkers)
 	return mgr.Start(ctx)
+}
+
+// cacheAnnotations are the annotations core reads: a BackupJob's tick (history, Forbid) and an
+// administrator's adoption of an imported Backup (retention).
+var cacheAnnotations = cachetrim.Keep{
+	backupsv1.AnnotationScheduledTime: 64,
+	backupsv1.AnnotationAdopted:       8,
+}
+
+// cacheTransform trims what core caches to what it reads (docs/security.md, "Bounds and caches"):
+// no managedFields, only cacheAnnotations, and no RestoreJob spec.options, which core never reads
+// (it fails an unclaimed RestoreJob by its Backup alone). Core writes those objects only with
+// Status().Patch, so nothing dropped here is written back.
+func cacheTransform() func(any) (any, error) {
+	return cachetrim.Transform(cacheAnnotations, func(obj any) {
+		if rj, ok := obj.(*backupsv1.RestoreJob); ok {
+			rj.Spec.Options = nil
+		}
+	})
 }
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

@@ -5,13 +5,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/core-controller/internal/claim"
 	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
 )
@@ -53,14 +59,21 @@ func TestParseFlags(t *testing.T) {
 }
 
 // TestRunServesProbes starts the binary's manager against the API server: /healthz answers at
-// once, /readyz once the caches have synced, and a cancelled context stops it cleanly.
+// once, /readyz once the caches have synced, and a cancelled context stops it cleanly. Meanwhile
+// it fails an unclaimed RestoreJob, whose options and annotations, which its cache drops
+// (cacheTransform), stay whole on the server.
 func TestRunServesProbes(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	probes := l.Addr().String()
 	require.NoError(t, l.Close())
-	o, err := parseFlags([]string{"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=" + probes})
+	o, err := parseFlags([]string{"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=" + probes, "--driver-claim-timeout=1s"})
 	require.NoError(t, err)
+	ns := env.Namespace(t)
+	notes := strings.Repeat("x", 200<<10)
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: ns, Annotations: map[string]string{"tenant.example/notes": notes}},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "gone"}, Options: map[string]string{"inert": "true", "note": "kept"}}}
+	require.NoError(t, env.Client.Create(context.Background(), rj))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -81,6 +94,12 @@ func TestRunServesProbes(t *testing.T) {
 		})
 		require.NoError(t, err, "waiting for %s", path)
 	}
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(rj), rj)
+		return err == nil && rj.Status.Phase == backupsv1.RestoreJobFailed, err
+	}), "core fails the unclaimed RestoreJob")
+	assert.Equal(t, map[string]string{"inert": "true", "note": "kept"}, rj.Spec.Options, "core's status patch left the options alone")
+	assert.Equal(t, notes, rj.Annotations["tenant.example/notes"], "and the annotation")
 	cancel()
 	select {
 	case err := <-done:
@@ -88,4 +107,36 @@ func TestRunServesProbes(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("run did not stop")
 	}
+}
+
+// TestCacheHoldsWhatCoreReads: core's cache holds RestoreJobs without their options and every
+// object without managedFields and the annotations core does not read (a tenant's 200 KiB
+// annotation), while the scheduled time of a BackupJob is kept. TestRunServesProbes checks that
+// core's writes to trimmed objects leave what the cache dropped intact on the server.
+func TestCacheHoldsWhatCoreReads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := env.Namespace(t)
+	big := strings.Repeat("x", 200<<10)
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: ns, Annotations: map[string]string{"tenant.example/notes": big}},
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "gone"}, Options: map[string]string{"inert": "true", "note": "kept"}}}
+	require.NoError(t, env.Client.Create(ctx, rj))
+	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: ns,
+		Annotations: map[string]string{backupsv1.AnnotationScheduledTime: "2026-04-29T02:00:00Z", "tenant.example/notes": big}},
+		Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "VirtualMachine", Name: "vm"}, BackupClassName: "none"}}
+	require.NoError(t, env.Client.Create(ctx, bj))
+
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme(), DefaultTransform: cacheTransform()})
+	require.NoError(t, err)
+	go func() { _ = c.Start(ctx) }()
+	require.True(t, c.WaitForCacheSync(ctx))
+	cachedRJ, cachedBJ := &backupsv1.RestoreJob{}, &backupsv1.BackupJob{}
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(rj), cachedRJ))
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(bj), cachedBJ))
+	assert.Nil(t, cachedRJ.Spec.Options, "core never reads options")
+	assert.Empty(t, cachedRJ.Annotations)
+	assert.Empty(t, cachedRJ.ManagedFields)
+	assert.Equal(t, "gone", cachedRJ.Spec.BackupRef.Name)
+	assert.Equal(t, map[string]string{backupsv1.AnnotationScheduledTime: "2026-04-29T02:00:00Z"}, cachedBJ.Annotations)
+
 }

@@ -97,9 +97,10 @@ func Scheme() *runtime.Scheme {
 }
 
 // CacheOptions caches only the driver's own Jobs, not every Job in the cluster; pods are read
-// uncached, once per finished Job.
+// uncached, once per finished Job. Every cached object is trimmed to what the driver reads
+// (cacheTransform).
 func CacheOptions() cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: cacheTransform(), ByObject: map[client.Object]cache.ByObject{
 		&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{backupsv1.LabelManagedBy: names.DriverName})},
 	}}
 }

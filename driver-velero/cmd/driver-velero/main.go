@@ -63,6 +63,7 @@ func run(ctx context.Context, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "driver-velero.backups.cozystack.io",
 		LeaderElectionNamespace: o.leaderNS,
+		Cache:                   driver.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

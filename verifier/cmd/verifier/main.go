@@ -18,12 +18,14 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/cachetrim"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 	"github.com/coffer-backup/coffer/verifier/internal/policy"
@@ -71,6 +73,12 @@ func main() {
 	}
 }
 
+// cacheAnnotations are the only annotations the verifier reads on what it caches: the checksum
+// driver-velero records on a Velero Backup. Every cached object is trimmed to them and loses its
+// managedFields (docs/security.md, "Bounds and caches"); the restored objects a verification
+// compares are read uncached, whole.
+var cacheAnnotations = cachetrim.Keep{backupsv1.AnnotationChecksum: 80}
+
 func run(ctx context.Context, o options) error {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -84,6 +92,7 @@ func run(ctx context.Context, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "backup-verify.security.ugallu.io",
 		LeaderElectionNamespace: o.leaderNS,
+		Cache:                   cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
