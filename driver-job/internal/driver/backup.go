@@ -98,6 +98,11 @@ func (d *Driver) result(run *driverkit.BackupRun[Strategy], j *batchv1.Job, out 
 			}
 			return nil, driverkit.Failf(backupsv1.ReasonArtifactReportInvalid, "%s reported no usable artifact: %v; a backup that cannot be located is not a backup", where, err)
 		}
+		// The report is the agent's word, and the agent runs what the tenant's volume holds: its
+		// artifact must lie where this run writes, or a Backup here would name another tenant's.
+		if err := runScope(run.Job.Namespace, run.Resolved.Parameters).check(report.URI); err != nil {
+			return nil, driverkit.Failf(ReasonArtifactOutsideRun, "pod %s of Job %s reported an artifact outside the run: %v; it is not recorded", out.Pod, j.Name, err)
+		}
 		artifact = backupsv1.BackupArtifact{URI: report.URI, SizeBytes: report.SizeBytes, Checksum: report.Checksum}
 		// The agent's description of its artifact (format, compression, uncompressed size, key
 		// reference): status.artifact.sizeBytes is the stored size, these say what it holds.

@@ -100,6 +100,9 @@ func (d *Driver) CheckArtifact(ctx context.Context, b *backupsv1.Backup) (*metav
 	if b.Status.Artifact == nil {
 		return nil, nil
 	}
+	if cond, err := d.outsideScope(ctx, b); cond != nil || err != nil {
+		return cond, err
+	}
 	log := ctrl.LoggerFrom(ctx)
 	j, err := jobs.Get(ctx, d.Client, checkRun(b))
 	if err != nil {
@@ -141,6 +144,30 @@ func (d *Driver) CheckArtifact(ctx context.Context, b *backupsv1.Backup) (*metav
 	}
 	log.V(1).Info("Artifact checked", "job", klog.KObj(j), "available", cond.Status, "next", next)
 	return cond, nil
+}
+
+// outsideScope returns ArtifactAvailable=False (ArtifactOutsideRun) for a Backup whose artifact
+// lies outside its bucket and namespace (recorded before the driver checked reports, or by hand):
+// no check Job looks at it, and restores and cleanups refuse it. The strategy is read (cached)
+// for an imported Backup only, whose scope is its catalog's.
+func (d *Driver) outsideScope(ctx context.Context, b *backupsv1.Backup) (*metav1.Condition, error) {
+	var strat *jobapi.JobBackupStrategy
+	if b.Imported() {
+		s, err := driverkit.GetStrategy(ctx, d.Client, b.Spec.StrategyRef, &jobapi.JobBackupStrategy{})
+		if err != nil {
+			if _, ok := driverkit.AsFailure(err); !ok {
+				return nil, err
+			}
+		} else {
+			strat = s
+		}
+	}
+	err := backupScope(b, strat).check(b.Status.Artifact.URI)
+	if err == nil {
+		return nil, nil
+	}
+	return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: ReasonArtifactOutsideRun,
+		Message: fmt.Sprintf("This Backup names an artifact outside its bucket and namespace: %v. The driver does not check, restore or delete it", err)}, nil
 }
 
 // checkResult reads a finished check Job: the condition it found, or why it is inconclusive.
@@ -301,6 +328,9 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 		if strat.Spec.CleanupTemplate == nil {
 			d.uncheckable(ctx, strat)
 			continue
+		}
+		if backupScope(b, strat).check(b.Status.Artifact.URI) != nil {
+			continue // CheckArtifact says so on the Backup; no Job looks at another's object
 		}
 		j, err := d.createArtifactJob(ctx, b, checkStrategy(strat), checkRun(b), jobapi.ModeCheck)
 		if err != nil {

@@ -67,6 +67,12 @@ func (d *Driver) startCleanup(ctx context.Context, b *backupsv1.Backup, jr jobs.
 		return driverkit.DeleteOutcome{Kept: true,
 			Message: fmt.Sprintf("JobBackupStrategy %s no longer has a cleanupTemplate; the artifact %s is kept", strat.Name, artifactURI(b))}, nil
 	}
+	if a := b.Status.Artifact; a != nil {
+		if err := backupScope(b, strat).check(a.URI); err != nil {
+			return driverkit.DeleteOutcome{Kept: true, Reason: ReasonArtifactOutsideRun,
+				Message: fmt.Sprintf("Backup %s names an artifact outside its bucket and namespace: %v; no cleanup Job deletes it, it is kept", b.Name, err)}, nil
+		}
+	}
 	j, err := d.createArtifactJob(ctx, b, strat, jr, jobapi.ModeCleanup)
 	if err != nil {
 		return driverkit.DeleteOutcome{}, err

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -39,8 +40,10 @@ import (
 )
 
 var (
-	cl  client.WithWatch
-	sch = driver.Scheme()
+	cl client.WithWatch
+	// restConfig is the API server's admin config, from which tenants are impersonated.
+	restConfig *rest.Config
+	sch        = driver.Scheme()
 	// t0 is the tests' clock; it is far from the real time, so a test cannot pass by accident.
 	t0 = time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 )
@@ -54,6 +57,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = c.Stop() }()
+	restConfig = c.Config
 	if cl, err = client.NewWithWatch(c.Config, client.Options{Scheme: sch}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -188,9 +192,19 @@ func env(c corev1.Container) map[string]string {
 func (f *fixture) finish(j *batchv1.Job, exitCode int32, message, jobReason string) {
 	f.t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: j.Namespace,
-		Labels: map[string]string{batchv1.ControllerUidLabel: string(j.UID), batchv1.JobNameLabel: j.Name}},
+		Labels: map[string]string{batchv1.ControllerUidLabel: string(j.UID), batchv1.JobNameLabel: j.Name},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
 		Spec: *j.Spec.Template.Spec.DeepCopy()}
-	require.NoError(f.t, cl.Create(f.ctx, pod))
+	f.podEnds(cl, pod, exitCode, message)
+	f.jobEnds(j, exitCode, jobReason)
+}
+
+// podEnds creates the pod with client c and plays the kubelet: the pod ends with the exit code and
+// termination message (status written by the admin client, as the kubelet would).
+func (f *fixture) podEnds(c client.Client, pod *corev1.Pod, exitCode int32, message string) {
+	f.t.Helper()
+	require.NoError(f.t, c.Create(f.ctx, pod))
 	pod.Status.Phase = corev1.PodSucceeded
 	if exitCode != 0 {
 		pod.Status.Phase = corev1.PodFailed
@@ -201,7 +215,11 @@ func (f *fixture) finish(j *batchv1.Job, exitCode int32, message, jobReason stri
 	}
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "agent", Image: "coffer/coffer-agent:dev", State: corev1.ContainerState{Terminated: term}}}
 	require.NoError(f.t, cl.Status().Update(f.ctx, pod))
+}
 
+// jobEnds plays the Job controller: the Job gets the conditions it would write.
+func (f *fixture) jobEnds(j *batchv1.Job, exitCode int32, jobReason string) {
+	f.t.Helper()
 	j = get(f.t, j)
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	j.Status.StartTime = &now
@@ -275,7 +293,7 @@ func TestBackupJobSucceedsFromTheAgentReport(t *testing.T) {
 	require.Len(t, f.jobsInNamespace(), 1)
 
 	f.clock.Step(42 * time.Second)
-	f.finish(j, 0, goodReport("x/y.tar"), "")
+	f.finish(j, 0, goodReport(f.ns+"/y.tar"), "")
 	reconcileOnce(t, r, bj)
 	bj = get(t, bj)
 	require.Equal(t, backupsv1.BackupJobSucceeded, bj.Status.Phase)
@@ -286,7 +304,7 @@ func TestBackupJobSucceedsFromTheAgentReport(t *testing.T) {
 	require.Empty(t, b.OwnerReferences, "a Backup outlives its BackupJob")
 	require.Empty(t, b.Finalizers, "no cleanup template: no finalizer, the artifact stays")
 	require.Equal(t, backupsv1.BackupReady, b.Status.Phase)
-	require.Equal(t, &backupsv1.BackupArtifact{URI: "s3://coffer/x/y.tar", SizeBytes: 4096, Checksum: goodSum}, b.Status.Artifact)
+	require.Equal(t, &backupsv1.BackupArtifact{URI: "s3://coffer/" + f.ns + "/y.tar", SizeBytes: 4096, Checksum: goodSum}, b.Status.Artifact)
 	require.Equal(t, "Shop", b.Spec.ApplicationRef.Kind)
 	require.Equal(t, "apps.cozystack.io", *b.Spec.ApplicationRef.APIGroup)
 	require.Equal(t, f.strategy.Name, b.Spec.StrategyRef.Name)
@@ -352,7 +370,7 @@ func TestBackupJobCrashWindows(t *testing.T) {
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
-	f.finish(first, 0, goodReport("a.tar"), "")
+	f.finish(first, 0, goodReport(f.ns+"/a.tar"), "")
 	_, err = f.backupReconciler(crashingStatus).Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bj)})
 	require.ErrorIs(t, err, crash)
 	require.Equal(t, backupsv1.BackupJobRunning, get(t, bj).Status.Phase, "the terminal status write was lost")

@@ -91,6 +91,12 @@ func (d *Driver) createRestoreJob(ctx context.Context, run *driverkit.RestoreRun
 		return nil, driverkit.Failf(ReasonTargetNotSupported,
 			"the Job driver restores into the RestoreJob's own namespace only; to restore into %s, create the RestoreJob there", t)
 	}
+	if a := backup.Status.Artifact; a != nil {
+		if err := backupScope(backup, strat).check(a.URI); err != nil {
+			return nil, driverkit.Failf(ReasonArtifactOutsideRun,
+				"Backup %s names an artifact outside its bucket and namespace: %v; the driver restores no such artifact", backup.Name, err)
+		}
+	}
 	target := backup.Spec.ApplicationRef
 	if rj.Spec.TargetApplicationRef != nil {
 		target = *rj.Spec.TargetApplicationRef

@@ -260,16 +260,24 @@ func Terminal(job *batchv1.Job) *batchv1.JobCondition {
 }
 
 // Observe reads a Job's outcome; for a finished Job it lists the Job's pods (uncached: the driver
-// does not watch pods) to read termination messages.
+// does not watch pods) to read termination messages. Only a pod the Job controls (ControlledBy) is
+// read: the controller-uid label is a selector anyone who may create pods in the namespace can
+// put on a pod of her own.
 func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome, error) {
 	end := Terminal(job)
 	if end == nil {
 		return Outcome{}, nil
 	}
-	list := &corev1.PodList{}
-	if err := pods.List(ctx, list, client.InNamespace(job.Namespace),
+	labelled := &corev1.PodList{}
+	if err := pods.List(ctx, labelled, client.InNamespace(job.Namespace),
 		client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
 		return Outcome{}, fmt.Errorf("listing the pods of Job %s: %w", job.Name, err)
+	}
+	list := &corev1.PodList{}
+	for i := range labelled.Items {
+		if ControlledBy(&labelled.Items[i], job) {
+			list.Items = append(list.Items, labelled.Items[i])
+		}
 	}
 	sort.Slice(list.Items, func(i, j int) bool {
 		return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp) ||
@@ -297,6 +305,15 @@ func Observe(ctx context.Context, pods client.Reader, job *batchv1.Job) (Outcome
 		}
 	}
 	return out, nil
+}
+
+// ControlledBy reports whether the Job is the pod's controller: its controller ownerReference
+// names apiVersion batch/v1, kind Job, and the Job's name and UID. The Job controller sets that
+// reference on every pod it creates, and adopts no pod that has another controller.
+func ControlledBy(p *corev1.Pod, job *batchv1.Job) bool {
+	ref := metav1.GetControllerOfNoCopy(p)
+	return ref != nil && ref.APIVersion == batchv1.SchemeGroupVersion.String() && ref.Kind == "Job" &&
+		ref.Name == job.Name && ref.UID == job.UID && job.UID != ""
 }
 
 // firstMessage is the first non-empty termination message of a pod's containers, in spec order.
