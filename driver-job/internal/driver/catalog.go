@@ -141,12 +141,10 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 // read lists the bucket under the prefix and returns the valid records whose artifact is beside
 // them, the reasons the others are skipped, and how many records could not be read.
 func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, src *jobapi.CatalogSource) ([]driverkit.CatalogEntry, map[string]string, int, error) {
-	objects := map[string]string{} // key → ETag
-	for o := range s3.ListObjects(ctx, src.Bucket, minio.ListObjectsOptions{Prefix: src.Prefix, Recursive: true}) {
-		if o.Err != nil {
-			return nil, nil, 0, fmt.Errorf("listing s3://%s/%s: %w", src.Bucket, src.Prefix, o.Err)
-		}
-		objects[o.Key] = o.ETag
+	// Streamed: of the listing, only the records and whether each has its artifact are kept.
+	records, withArtifact, err := listRecords(ctx, s3, src.Bucket, src.Prefix)
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	c.mu.Lock()
 	if c.known == nil {
@@ -156,10 +154,7 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 	c.mu.Unlock()
 	next := map[string]knownRecord{}
 	var todo []string
-	for k, etag := range objects {
-		if !strings.HasSuffix(k, jobapi.RecordSuffix) {
-			continue
-		}
+	for k, etag := range records {
 		if kr, ok := known[k]; ok && kr.etag == etag {
 			next[k] = kr
 			continue
@@ -180,7 +175,7 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 		go func() {
 			defer wg.Done()
 			for k := range work {
-				kr, readErr := readRecord(ctx, s3, src.Bucket, k, objects[k])
+				kr, readErr := readRecord(ctx, s3, src.Bucket, k, records[k])
 				mu.Lock()
 				if readErr != nil {
 					failed++
@@ -216,7 +211,7 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 			// imported: whoever may write below one namespace's prefix cannot plant Backups in
 			// another's.
 			skipped[loc] = fmt.Sprintf("the record says namespace %s, but its key is not below %s%s/", kr.record.Namespace, src.Prefix, kr.record.Namespace)
-		case objects[artifactKey] == "":
+		case !withArtifact[k]:
 			skipped[loc] = "its artifact " + agent.ArtifactURI(src.Bucket, artifactKey) + " is gone (a cleanup left the record)"
 		default:
 			entries = append(entries, driverkit.CatalogEntry{Record: kr.record, Location: loc})
