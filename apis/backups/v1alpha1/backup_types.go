@@ -132,6 +132,13 @@ type VerificationVerdict struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// failures counts the verifications of this mode in a row, this one included, that found the
+	// Backup bad (0 when it passed). One failed verification is a signal; two in a row, or a
+	// failure of each mode, confirm it (Backup.VerifyFailureConfirmed).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Failures int32 `json:"failures,omitempty"`
 }
 
 // VerificationResultRef locates a BackupVerifyResult.

@@ -49,6 +49,39 @@ type BackupClassSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	Strategies []BackupClassStrategy `json:"strategies"`
+
+	// retentionFloor is the administrator's lower bound on the retention of every Plan that names
+	// this class: tenants own their Plans' retention but cannot lower it below the floor, so that a
+	// tenant denied deleting Backups cannot destroy them through retention either.
+	// +optional
+	RetentionFloor *RetentionFloor `json:"retentionFloor,omitempty"`
+}
+
+// RetentionFloor bounds from below what a Plan's retention may prune. Unset fields add nothing.
+type RetentionFloor struct {
+	// minKeepLast keeps at least the newest N usable Backups of each application, whatever the
+	// Plan's keep rules and maxAge say.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MinKeepLast *int32 `json:"minKeepLast,omitempty"`
+
+	// minAge keeps every Backup younger than this duration (e.g. "168h"), whatever the Plan's
+	// rules say: a Plan's maxAge below it acts as minAge.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	MinAge *metav1.Duration `json:"minAge,omitempty"`
+
+	// deletionDelay holds a Backup that retention selects for this long before it is deleted (and
+	// its driver deletes the artifact). Meanwhile the Plan lists it in status.pendingPrunes; a
+	// Backup that retention no longer selects (the floor or the Plan changed) is not deleted.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	DeletionDelay *metav1.Duration `json:"deletionDelay,omitempty"`
 }
 
 // BackupClass is a cluster-scoped, reusable set of backup strategies and parameters per application type.

@@ -19,7 +19,11 @@ const (
 	ConditionTickSkipped = "TickSkipped"
 
 	// ConditionArtifactAvailable on a Backup is True while the driver knows the artifact exists,
-	// and False (ReasonArtifactMissing) when it is gone, so a stale Backup never looks usable.
+	// and False (ReasonArtifactMissing) when it is gone, so a stale Backup never looks usable. An
+	// absence is confirmed before it is written: first seen, the condition is Unknown with
+	// ReasonArtifactAbsenceUnconfirmed, and turns False only when a later check, at least the
+	// driver kit's confirmation delay on, still finds the artifact gone (and, for Velero, after
+	// Velero's storage sync found no such backup).
 	ConditionArtifactAvailable = "ArtifactAvailable"
 
 	// ConditionPartiallyFailed on a Backup is True when the driver completed with errors; the
@@ -33,6 +37,10 @@ const (
 	// never counts it as the newest good one. Absent: never verified.
 	ConditionVerified = "Verified"
 )
+
+// ReasonArtifactAbsenceUnconfirmed: the driver found the artifact gone once; it is checked again
+// before the Backup counts as missing (ArtifactAvailable=Unknown meanwhile).
+const ReasonArtifactAbsenceUnconfirmed = "ArtifactAbsenceUnconfirmed"
 
 // Reasons of the Verified condition.
 const (
@@ -99,6 +107,9 @@ const (
 	ReasonSucceeded = "Succeeded"
 	// ReasonFailed: the run failed; the message says why.
 	ReasonFailed = "Failed"
+	// ReasonInvalidOption fails a RestoreJob whose standard option has a value the contract does
+	// not define (spec.options.restoreRBAC neither "true" nor "false"); nothing was restored.
+	ReasonInvalidOption = "InvalidOption"
 	// ReasonContentMismatch fails a RestoreJob whose driver restored the Backup and found the
 	// restored content different from the backup's own record of it (contract RJ-13): the Backup
 	// does not restore what it holds.

@@ -59,6 +59,36 @@ func (b *Backup) RestoreVerified() bool {
 	return false
 }
 
+// VerifyFailureConfirmed reports whether the verifier's finding that the Backup is bad is
+// confirmed: two verifications of one mode in a row failed, or the newest verdict of each mode
+// failed. One failed verification alone is a signal, not yet a fact retention acts on.
+func (b *Backup) VerifyFailureConfirmed() bool {
+	v := b.Status.Verification
+	if v == nil {
+		return false
+	}
+	failed := func(x *VerificationVerdict) bool { return x != nil && x.Result == VerificationFailed }
+	return failed(v.Checksum) && failed(v.FullRestore) ||
+		failed(v.Checksum) && v.Checksum.Failures >= 2 || failed(v.FullRestore) && v.FullRestore.Failures >= 2
+}
+
+// WasGood reports whether the Backup completed whole (Ready, not partially failed) and no
+// confirmed fact has since shown it bad: its artifact is not confirmed missing (drivers set
+// ArtifactAvailable=False only once an absence is confirmed) and no verification failure is
+// confirmed (VerifyFailureConfirmed). Retention never prunes the newest such Backup of an
+// application: a single unconfirmed signal never costs the last restore point.
+func (b *Backup) WasGood() bool {
+	if b.Status.Phase != BackupReady || b.DeletionTimestamp != nil || b.ArtifactMissing() || b.VerifyFailureConfirmed() {
+		return false
+	}
+	for _, c := range b.Status.Conditions {
+		if c.Type == ConditionPartiallyFailed && c.Status == "True" {
+			return false
+		}
+	}
+	return true
+}
+
 // ArtifactMissing reports whether the driver found the Backup's artifact gone
 // (ArtifactAvailable=False). Such a Backup is never good, and retention keeps it by no rule.
 func (b *Backup) ArtifactMissing() bool {

@@ -177,6 +177,13 @@ type PlanStatus struct {
 	// +optional
 	LastRestorableBackup *RestorablePoint `json:"lastRestorableBackup,omitempty"`
 
+	// pendingPrunes lists the Backups retention selected that wait out their class's
+	// retentionFloor.deletionDelay before they are deleted, oldest selection first.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1000
+	PendingPrunes []PendingPrune `json:"pendingPrunes,omitempty"`
+
 	// active lists the BackupJobs of this Plan that are not terminal.
 	// +optional
 	// +listType=atomic
@@ -193,6 +200,24 @@ type PlanStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PendingPrune is a Backup retention selected, held until deleteAfter.
+type PendingPrune struct {
+	// name of the Backup, in the Plan's namespace.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// since is when retention first selected it.
+	// +required
+	Since metav1.Time `json:"since"`
+	// deleteAfter is when it is deleted if retention still selects it then.
+	// +required
+	DeleteAfter metav1.Time `json:"deleteAfter"`
+	// reason is the rule that selected it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
 }
 
 // RestorablePoint names a Backup proven restorable and when it was taken.

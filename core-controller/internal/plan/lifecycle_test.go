@@ -2,6 +2,8 @@ package plan
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,12 +259,15 @@ func TestRetentionTrustsVerification(t *testing.T) {
 	proven := newBackup(h, "b-proven", base.Add(-4*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonRestoreVerified))
 	newBackup(h, "b-mid", base.Add(-3*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonChecksumVerified))
 	newBackup(h, "b-good", base.Add(-2*time.Hour), backupsv1.BackupReady)
-	newBackup(h, "b-bad", base.Add(-time.Hour), backupsv1.BackupReady, verified(metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch))
+	bad := newBackup(h, "b-bad", base.Add(-time.Hour), backupsv1.BackupReady, verified(metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch))
+	// Two checksum verifications in a row found it bad: confirmed.
+	bad.Status.Verification = &backupsv1.BackupVerification{Checksum: &backupsv1.VerificationVerdict{Result: backupsv1.VerificationFailed, Time: metav1.NewTime(base), Failures: 2}}
+	require.NoError(t, env.Client.Status().Update(h.ctx, bad))
 	h.reconcile()
 
 	left := h.backupNames()
 	assert.ElementsMatch(t, []string{"b-good", "b-proven"}, left,
-		"keepLast 1 keeps the newest usable Backup (b-bad is not usable); the newest restore-verified one is never pruned")
+		"keepLast 1 keeps the newest usable Backup (b-bad is confirmed bad); the newest restore-verified one is never pruned")
 	require.NotNil(t, h.plan.Status.LastRestorableBackup, "the Plan shows its restorable point")
 	assert.Equal(t, "b-proven", h.plan.Status.LastRestorableBackup.Name)
 	assert.Equal(t, proven.Spec.TakenAt.Unix(), h.plan.Status.LastRestorableBackup.TakenAt.Unix())
@@ -305,4 +310,68 @@ func (h *harness) backupNames() []string {
 		names = append(names, b.Name)
 	}
 	return names
+}
+
+// TestRetentionActsOnConfirmedSignalsOnly: the newest Backup of a Plan, found bad by one
+// verification, is kept (a transport fault taken for corruption once must not cost the last
+// restore point), and so is one whose artifact a driver saw gone once (ArtifactAvailable Unknown).
+func TestRetentionActsOnConfirmedSignalsOnly(t *testing.T) {
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.Retention = &backupsv1.RetentionPolicy{KeepLast: ptr(int32(7)), MaxAge: &metav1.Duration{Duration: time.Nanosecond}}
+		p.Spec.StartingDeadlineSeconds = ptr(int64(1))
+	})
+	base := h.plan.CreationTimestamp.Time
+	newBackup(h, "b-old", base.Add(-2*time.Hour), backupsv1.BackupReady,
+		metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionUnknown, Reason: backupsv1.ReasonArtifactAbsenceUnconfirmed, LastTransitionTime: metav1.NewTime(base)})
+	suspect := newBackup(h, "b-only", base.Add(-time.Hour), backupsv1.BackupReady,
+		metav1.Condition{Type: backupsv1.ConditionVerified, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonChecksumMismatch, LastTransitionTime: metav1.NewTime(base)})
+	suspect.Status.Verification = &backupsv1.BackupVerification{Checksum: &backupsv1.VerificationVerdict{Result: backupsv1.VerificationFailed, Time: metav1.NewTime(base), Failures: 1}}
+	require.NoError(t, env.Client.Status().Update(h.ctx, suspect))
+	h.reconcile()
+	assert.ElementsMatch(t, []string{"b-old", "b-only"}, h.backupNames(),
+		"b-only was good and one verification is no confirmed fact; b-old is the newest good one (its absence is unconfirmed)")
+}
+
+// TestRetentionFloorAndDeletionDelay: a tenant may own her Plan's retention but not go below the
+// class's floor. With keepLast 1 and maxAge 1ns (what a tenant who may not delete Backups would set
+// to destroy her history), the floor keeps the newest three and every Backup younger than two
+// days; what it lets go waits out the deletion delay in status.pendingPrunes, and is not deleted
+// if the floor rises meanwhile.
+func TestRetentionFloorAndDeletionDelay(t *testing.T) {
+	class := vmClass("floored-" + strings.ToLower(t.Name()[len(t.Name())-8:]))
+	class.Spec.RetentionFloor = &backupsv1.RetentionFloor{MinKeepLast: ptr(int32(3)), MinAge: &metav1.Duration{Duration: 48 * time.Hour},
+		DeletionDelay: &metav1.Duration{Duration: time.Hour}}
+	require.NoError(t, env.Client.Create(context.Background(), class))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), class) })
+	h := newHarness(t, func(p *backupsv1.Plan) {
+		p.Spec.BackupClassName = class.Name
+		p.Spec.Retention = &backupsv1.RetentionPolicy{KeepLast: ptr(int32(1)), MaxAge: &metav1.Duration{Duration: time.Nanosecond}}
+		p.Spec.StartingDeadlineSeconds = ptr(int64(1))
+	})
+	base := h.plan.CreationTimestamp.Time
+	for i, age := range []time.Duration{1, 2, 3, 50, 60, 70} {
+		newBackup(h, fmt.Sprintf("b-%d", i), base.Add(-age*time.Hour), backupsv1.BackupReady)
+	}
+	all := []string{"b-0", "b-1", "b-2", "b-3", "b-4", "b-5"}
+	res := h.reconcile()
+	assert.ElementsMatch(t, all, h.backupNames(), "nothing is deleted before the delay")
+	var pending []string
+	for _, p := range h.plan.Status.PendingPrunes {
+		pending = append(pending, p.Name)
+		assert.Equal(t, time.Hour, p.DeleteAfter.Sub(p.Since.Time))
+	}
+	assert.ElementsMatch(t, []string{"b-3", "b-4", "b-5"}, pending, "the floor keeps the newest three, all younger than two days")
+	assert.LessOrEqual(t, res.RequeueAfter, time.Hour, "the Plan is requeued when the first held Backup is due")
+
+	// The floor rises: b-3 is no longer selected, and is not deleted when the delay ends.
+	class.Spec.RetentionFloor.MinKeepLast = ptr(int32(4))
+	require.NoError(t, env.Client.Update(h.ctx, class))
+	require.Eventually(t, func() bool { // the cached client sees the class change
+		c := &backupsv1.BackupClass{}
+		return env.Client.Get(h.ctx, client.ObjectKeyFromObject(class), c) == nil && *c.Spec.RetentionFloor.MinKeepLast == 4
+	}, 10*time.Second, 50*time.Millisecond)
+	h.clock.Step(time.Hour + time.Second)
+	h.reconcile()
+	assert.ElementsMatch(t, []string{"b-0", "b-1", "b-2", "b-3"}, h.backupNames(), "b-4 and b-5 waited out the delay; b-3 is kept by the raised floor")
+	assert.Empty(t, h.plan.Status.PendingPrunes)
 }

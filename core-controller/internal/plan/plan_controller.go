@@ -72,6 +72,8 @@ type scope struct {
 	deferStatus bool
 	// recordedFromJobs is set when this reconcile learnt a fired tick from the BackupJobs.
 	recordedFromJobs bool
+	// pruneDue is when the earliest Backup held by a deletion delay is due (zero: none held).
+	pruneDue time.Time
 	// announcements report the status transitions of this reconcile (a log line, an event); they
 	// run once the status write landed, so that a refused write and its retry say it once.
 	announcements []func()
@@ -100,6 +102,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 	}()
 
+	defer func() {
+		// A Backup held by its class's deletion delay is due before the next tick.
+		if retErr == nil && !s.pruneDue.IsZero() {
+			if d := s.pruneDue.Sub(s.now); res.RequeueAfter == 0 || d < res.RequeueAfter {
+				res.RequeueAfter = max(d, time.Second)
+			}
+		}
+	}()
 	for _, p := range []phase{
 		{"loadJobs", r.loadJobs},
 		{"pruneHistory", r.pruneHistory},
@@ -169,14 +179,14 @@ func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
 	s.plan.Status.Active = active
 	// The newest BackupJob records its tick even if the status write after its creation was
 	// deferred or lost (a crash): that tick fired.
-	if name, tick := newestJob(s.jobs); name != "" {
+	if name, tick := newestJob(s.plan.Name, s.jobs, s.now); name != "" {
 		if last := s.plan.Status.LastScheduleTime; last == nil || last.Time.Before(tick) {
 			// Ticks between what the status knew and this one were missed (a crash lost the
 			// status write that counted them): count them now.
 			if s.sched != nil {
 				from := since(s.plan)
 				if due := s.sched.DueAt(from, tick); due.Tick != nil {
-					fired := jobsBetween(s.jobs, from, tick)
+					fired := jobsBetween(s.plan.Name, s.jobs, from, tick, s.now)
 					if missed := due.Missed - fired; missed > 0 {
 						last := tick.Add(-time.Nanosecond)
 						if due.LastMissed != nil && fired == 0 {
@@ -206,7 +216,7 @@ func (r *Reconciler) loadJobs(ctx context.Context, s *scope) error {
 // fire exactly once even when the cache lags behind the Plan's last status write (a re-fire of
 // that tick then finds the name taken and adopts the job).
 func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
-	newest, _ := newestJob(s.jobs)
+	newest, _ := newestJob(s.plan.Name, s.jobs, s.now)
 	limits := map[backupsv1.BackupJobPhase]int{
 		backupsv1.BackupJobSucceeded: int(ptrOr(s.plan.Spec.SuccessfulJobsHistoryLimit, backupsv1.DefaultSuccessfulJobsHistoryLimit)),
 		backupsv1.BackupJobFailed:    int(ptrOr(s.plan.Spec.FailedJobsHistoryLimit, backupsv1.DefaultFailedJobsHistoryLimit)),
@@ -231,26 +241,42 @@ func (r *Reconciler) pruneHistory(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// tickOf is the tick a BackupJob of the Plan fired for: its scheduled-time annotation, when the
+// job carries the name the Plan gives that tick's job and the tick is not in the future. Anyone
+// who may create BackupJobs may label and own one to the Plan; such a job is a run like any other,
+// but it never tells the Plan that a tick fired (a future scheduled time would otherwise stop the
+// Plan's ticks until then).
+func tickOf(plan string, j *backupsv1.BackupJob, now time.Time) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, j.Annotations[backupsv1.AnnotationScheduledTime])
+	if err != nil || t.After(now.Add(maxClockSkew)) || j.Name != backupsv1.PlanBackupJobName(plan, t) {
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// maxClockSkew is how far ahead of this controller's clock another replica's may be.
+const maxClockSkew = time.Minute
+
 // jobsBetween counts the BackupJobs whose ticks lie strictly between from and to.
-func jobsBetween(jobs []backupsv1.BackupJob, from, to time.Time) int64 {
+func jobsBetween(plan string, jobs []backupsv1.BackupJob, from, to, now time.Time) int64 {
 	var n int64
-	for _, j := range jobs {
-		t, err := time.Parse(time.RFC3339, j.Annotations[backupsv1.AnnotationScheduledTime])
-		if err == nil && t.After(from) && t.Before(to) {
+	for i := range jobs {
+		t, ok := tickOf(plan, &jobs[i], now)
+		if ok && t.After(from) && t.Before(to) {
 			n++
 		}
 	}
 	return n
 }
 
-// newestJob names the BackupJob of the latest tick (by its scheduled-time annotation) and its tick.
-func newestJob(jobs []backupsv1.BackupJob) (string, time.Time) {
+// newestJob names the BackupJob of the latest tick (tickOf) and its tick.
+func newestJob(plan string, jobs []backupsv1.BackupJob, now time.Time) (string, time.Time) {
 	var name string
 	var latest time.Time
-	for _, j := range jobs {
-		t, err := time.Parse(time.RFC3339, j.Annotations[backupsv1.AnnotationScheduledTime])
-		if err == nil && (name == "" || t.After(latest)) {
-			name, latest = j.Name, t
+	for i := range jobs {
+		t, ok := tickOf(plan, &jobs[i], now)
+		if ok && (name == "" || t.After(latest)) {
+			name, latest = jobs[i].Name, t
 		}
 	}
 	return name, latest
@@ -307,7 +333,11 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 	if s.sched != nil {
 		loc = s.sched.Location
 	}
-	for _, d := range retention.Select(items, s.plan.Spec.Retention, loc, s.now) {
+	floor, err := r.retentionFloor(ctx, s.plan)
+	if err != nil {
+		return err
+	}
+	for _, d := range r.holdPrunes(s, floor, retention.Select(items, s.plan.Spec.Retention, floor, loc, s.now)) {
 		b := byName[d.Name]
 		err := r.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -326,11 +356,82 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// retentionFloor is the administrator's floor on the Plan's retention: its BackupClass's. A class
+// that does not exist sets none; a class that cannot be read stops retention for this reconcile
+// (pruning without knowing the floor could go below it).
+func (r *Reconciler) retentionFloor(ctx context.Context, plan *backupsv1.Plan) (*backupsv1.RetentionFloor, error) {
+	if plan.Spec.Retention == nil {
+		return nil, nil
+	}
+	class := &backupsv1.BackupClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: plan.Spec.BackupClassName}, class); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading BackupClass %q for its retention floor: %w", plan.Spec.BackupClassName, err)
+	}
+	return class.Spec.RetentionFloor, nil
+}
+
+// holdPrunes applies the floor's deletionDelay: it returns the decisions whose Backup has waited
+// out the delay in status.pendingPrunes, and lists the others there. Entries that retention no
+// longer selects are dropped, so a Backup saved by a raised floor or a changed Plan is not deleted.
+// The Plan is requeued when the earliest held Backup is due.
+func (r *Reconciler) holdPrunes(s *scope, floor *backupsv1.RetentionFloor, due []retention.Decision) []retention.Decision {
+	var delay time.Duration
+	if floor != nil && floor.DeletionDelay != nil {
+		delay = floor.DeletionDelay.Duration
+	}
+	pending := map[string]backupsv1.PendingPrune{}
+	for _, p := range s.plan.Status.PendingPrunes {
+		pending[p.Name] = p
+	}
+	var now, held []retention.Decision
+	var list []backupsv1.PendingPrune
+	for _, d := range due {
+		p, ok := pending[d.Name]
+		if !ok {
+			p = backupsv1.PendingPrune{Name: d.Name, Since: metav1.NewTime(s.now)}
+		}
+		p.DeleteAfter, p.Reason = metav1.NewTime(p.Since.Add(delay)), truncate(d.Reason, 256)
+		if !s.now.Before(p.DeleteAfter.Time) {
+			now = append(now, d)
+			continue
+		}
+		if len(list) == maxPendingPrunes {
+			continue // listed once the first ones are deleted
+		}
+		held = append(held, d)
+		list = append(list, p)
+		if s.pruneDue.IsZero() || p.DeleteAfter.Time.Before(s.pruneDue) {
+			s.pruneDue = p.DeleteAfter.Time
+		}
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Since.Before(&list[j].Since) })
+	s.plan.Status.PendingPrunes = list
+	for _, d := range held {
+		if _, ok := pending[d.Name]; !ok {
+			s.log.Info("Holding a Backup retention selected until its class's deletion delay ends", "plan", klog.KObj(s.plan), "backup", d.Name, "rule", d.Reason, "delay", delay)
+		}
+	}
+	return now
+}
+
+// maxPendingPrunes bounds status.pendingPrunes (its schema's maxItems).
+const maxPendingPrunes = 1000
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
 // RetentionItem is what retention decides a Backup by.
 func RetentionItem(b *backupsv1.Backup) retention.Item {
 	return retention.Item{Name: b.Name, Application: applicationKey(b.Spec.ApplicationRef),
 		TakenAt: b.Spec.TakenAt.Time, Phase: b.Status.Phase, Good: b.IsGood(), ArtifactMissing: b.ArtifactMissing(),
-		VerifyFailed: meta.IsStatusConditionFalse(b.Status.Conditions, backupsv1.ConditionVerified), RestoreVerified: b.RestoreVerified()}
+		VerifyFailed: meta.IsStatusConditionFalse(b.Status.Conditions, backupsv1.ConditionVerified), RestoreVerified: b.RestoreVerified(),
+		WasGood: b.WasGood()}
 }
 
 // applicationKey identifies an application by its API group (defaulted), kind and name.

@@ -26,6 +26,9 @@ type Item struct {
 	VerifyFailed bool
 	// RestoreVerified is Backup.RestoreVerified(): good, and proven restorable by full-restore.
 	RestoreVerified bool
+	// WasGood is Backup.WasGood(): complete, and no confirmed fact (a confirmed absence, a
+	// confirmed verification failure) shows it bad since.
+	WasGood bool
 }
 
 // Decision is the outcome for one Backup that is pruned; Reason says which rule let it go.
@@ -49,8 +52,13 @@ type Decision struct {
 //   - maxAge prunes anything older, even if a keep rule holds it, but only in a group that has a
 //     good Backup: age never takes the last Backups a restore might still use.
 //   - The newest good Backup of the group is never pruned, whatever the policy says, and neither
-//     is the newest one a full-restore verification proved restorable.
-func Select(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now time.Time) []Decision {
+//     is the newest one a full-restore verification proved restorable, nor the newest one that
+//     was good and that no confirmed fact shows bad since (one failed verification or one
+//     observed absence never costs the last restore point).
+//   - The administrator's floor (nil: none) bounds all of this from below: the newest
+//     floor.minKeepLast usable Backups and every Backup younger than floor.minAge are kept,
+//     whatever the policy says (maxAge included).
+func Select(items []Item, p *backupsv1.RetentionPolicy, floor *backupsv1.RetentionFloor, loc *time.Location, now time.Time) []Decision {
 	if p == nil {
 		return nil
 	}
@@ -65,13 +73,13 @@ func Select(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now 
 	sort.Strings(apps)
 	var prune []Decision
 	for _, app := range apps {
-		prune = append(prune, selectGroup(groups[app], p, loc, now)...)
+		prune = append(prune, selectGroup(groups[app], p, floor, loc, now)...)
 	}
 	return prune
 }
 
 // selectGroup decides for the Backups of one application.
-func selectGroup(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location, now time.Time) []Decision {
+func selectGroup(items []Item, p *backupsv1.RetentionPolicy, floor *backupsv1.RetentionFloor, loc *time.Location, now time.Time) []Decision {
 	sorted := append([]Item(nil), items...)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		if !sorted[i].TakenAt.Equal(sorted[j].TakenAt) {
@@ -100,7 +108,22 @@ func selectGroup(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location,
 	})
 	bucketKeep(usable, val(p.KeepMonthly), keep, func(t time.Time) string { return t.In(loc).Format("2006-01") })
 
-	var newestGood, newestRestorable string
+	// The floor's keeps, which nothing overrides.
+	held := map[string]bool{}
+	if floor != nil {
+		for i := 0; i < len(usable) && i < val(floor.MinKeepLast); i++ {
+			held[usable[i].Name] = true
+		}
+		if floor.MinAge != nil {
+			for _, it := range sorted {
+				if now.Sub(it.TakenAt) < floor.MinAge.Duration {
+					held[it.Name] = true
+				}
+			}
+		}
+	}
+
+	var newestGood, newestRestorable, newestWasGood string
 	for _, it := range sorted {
 		if it.Good && newestGood == "" {
 			newestGood = it.Name
@@ -108,15 +131,21 @@ func selectGroup(items []Item, p *backupsv1.RetentionPolicy, loc *time.Location,
 		if it.RestoreVerified && newestRestorable == "" {
 			newestRestorable = it.Name
 		}
+		if it.WasGood && newestWasGood == "" {
+			newestWasGood = it.Name
+		}
 	}
+	held[newestGood], held[newestRestorable], held[newestWasGood] = true, true, true
+	delete(held, "")
+	anyGood := newestGood != "" || newestWasGood != ""
 
 	var prune []Decision
 	for _, it := range sorted {
-		if it.Phase == backupsv1.BackupPending || it.Phase == "" || it.Name == newestGood || it.Name == newestRestorable {
+		if it.Phase == backupsv1.BackupPending || it.Phase == "" || held[it.Name] {
 			continue
 		}
 		switch {
-		case newestGood != "" && p.MaxAge != nil && now.Sub(it.TakenAt) > p.MaxAge.Duration:
+		case anyGood && p.MaxAge != nil && now.Sub(it.TakenAt) > p.MaxAge.Duration:
 			prune = append(prune, Decision{Name: it.Name, Reason: fmt.Sprintf("older than maxAge %s", p.MaxAge.Duration)})
 		case anyKeepRule && !keep[it.Name]:
 			reason := "kept by no keepLast, keepDaily, keepWeekly or keepMonthly rule"

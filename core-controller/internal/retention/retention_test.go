@@ -177,7 +177,7 @@ func TestSelect(t *testing.T) {
 			if loc == nil {
 				loc = time.UTC
 			}
-			got := Select(tt.items, tt.policy, loc, now)
+			got := Select(tt.items, tt.policy, nil, loc, now)
 			if tt.name == "keepWeekly uses ISO weeks" {
 				// Kept: 31 Mar (week 14) and 29 Mar (newest of week 13); everything else goes.
 				want := []string{}
@@ -212,7 +212,7 @@ func TestSelectNeverPrunesNewestGood(t *testing.T) {
 				items[j].Good = false
 			}
 			newestGood := items[n/2].Name
-			for _, d := range Select(items, p, time.UTC, now) {
+			for _, d := range Select(items, p, nil, time.UTC, now) {
 				assert.NotEqual(t, newestGood, d.Name, fmt.Sprintf("policy %d with %d backups", i, n))
 			}
 		}
@@ -246,7 +246,7 @@ func TestSelectNeverPrunesNewestGoodOfEachApplication(t *testing.T) {
 					newestGood[app] = items[j].Name
 				}
 			}
-			for _, d := range Select(items, p, time.UTC, now) {
+			for _, d := range Select(items, p, nil, time.UTC, now) {
 				for app, name := range newestGood {
 					assert.NotEqual(t, name, d.Name, "policy %d with %d backups: the newest good backup of %s", i, n, app)
 				}
@@ -281,7 +281,7 @@ func TestSelectTrustsVerification(t *testing.T) {
 	now := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
 	items := daily(5) // b-0331 (newest) ... b-0327
 	items[0] = verifiedBad(items[0])
-	ds := Select(items, &backupsv1.RetentionPolicy{KeepLast: i32(2)}, time.UTC, now)
+	ds := Select(items, &backupsv1.RetentionPolicy{KeepLast: i32(2)}, nil, time.UTC, now)
 	assert.Equal(t, []string{"b-0327", "b-0328", "b-0331"}, names(ds), "keepLast 2 keeps the two newest usable backups, b-0330 and b-0329")
 	for _, d := range ds {
 		if d.Name == "b-0331" {
@@ -297,9 +297,47 @@ func TestSelectTrustsVerification(t *testing.T) {
 		items := daily(6)
 		items[3] = restorable(items[3])
 		items[5] = restorable(items[5]) // older, also proven: may go
-		pruned := names(Select(items, p, time.UTC, now))
+		pruned := names(Select(items, p, nil, time.UTC, now))
 		assert.NotContains(t, pruned, items[3].Name, "policy %d: the newest restore-verified backup is kept", i)
 		assert.NotContains(t, pruned, items[0].Name, "policy %d: the newest good backup is kept", i)
 		assert.Contains(t, pruned, items[4].Name, "policy %d: an unprotected older backup is pruned", i)
 	}
+}
+
+// TestSelectNeverActsOnOneSignal: the only good Backup of a keepLast: 7 Plan, found bad by one
+// verification (or its artifact seen gone once), is not pruned; once the failure is confirmed
+// (WasGood false) it is. The scenario of a transport fault taken for corruption.
+func TestSelectNeverActsOnOneSignal(t *testing.T) {
+	now := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
+	p := &backupsv1.RetentionPolicy{KeepLast: i32(7), MaxAge: &metav1.Duration{Duration: time.Hour}}
+	only := ready("only", "2026-03-30T02:00:00Z")
+	only = verifiedBad(only)
+	only.WasGood = true // one failed verification: unconfirmed
+	assert.Empty(t, names(Select([]Item{only}, p, nil, time.UTC, now)), "one unconfirmed verdict never prunes the newest Backup that was good")
+
+	older, oldest := ready("older", "2026-03-29T02:00:00Z"), ready("oldest", "2026-03-28T02:00:00Z")
+	older.WasGood, oldest.WasGood = true, true
+	assert.Equal(t, []string{"oldest"}, names(Select([]Item{only, older, oldest}, p, nil, time.UTC, now)),
+		"the newest Backup that was good and the newest good one are kept; an older one goes by maxAge")
+
+	only.WasGood = false // confirmed: two verifications agree
+	assert.Equal(t, []string{"only"}, names(Select([]Item{only}, p, nil, time.UTC, now)), "a confirmed failure is pruned")
+}
+
+// TestSelectFloor: a tenant's keepLast: 1, maxAge: 1ns cannot go below the class's floor.
+func TestSelectFloor(t *testing.T) {
+	now := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
+	hostile := &backupsv1.RetentionPolicy{KeepLast: i32(1), MaxAge: &metav1.Duration{Duration: time.Nanosecond}}
+	items := daily(10) // b-0331 ... b-0322
+	assert.Len(t, Select(items, hostile, nil, time.UTC, now), 9, "without a floor every Backup but the newest good one goes")
+
+	floor := &backupsv1.RetentionFloor{MinKeepLast: i32(3), MinAge: &metav1.Duration{Duration: 5 * 24 * time.Hour}}
+	pruned := names(Select(items, hostile, floor, time.UTC, now))
+	// minAge 5 days keeps b-0331 ... b-0327 (b-0326 is 5 days 10 hours old).
+	assert.Equal(t, []string{"b-0322", "b-0323", "b-0324", "b-0325", "b-0326"}, pruned)
+
+	floor = &backupsv1.RetentionFloor{MinKeepLast: i32(7)}
+	assert.Equal(t, []string{"b-0322", "b-0323", "b-0324"}, names(Select(items, hostile, floor, time.UTC, now)),
+		"minKeepLast keeps the newest 7 even against maxAge")
+	assert.Empty(t, Select(items, nil, floor, time.UTC, now), "a floor never prunes on its own")
 }

@@ -309,7 +309,7 @@ func (m *month) settle(night int) int {
 				want[b.Spec.DriverMetadata[velerodriverv1.MetaBackupName]] = true
 			}
 		}
-		if due := retention.Select(items, m.plan.Spec.Retention, m.loc, m.clock.Now()); len(due) > 0 {
+		if due := retention.Select(items, m.plan.Spec.Retention, nil, m.loc, m.clock.Now()); len(due) > 0 {
 			why = fmt.Sprintf("retention has yet to prune %v", due)
 			return false, nil
 		}

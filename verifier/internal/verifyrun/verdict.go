@@ -54,6 +54,13 @@ func (r *Reconciler) recordVerdict(ctx context.Context, s *scope, res *securityv
 	if old := *slot; old != nil && (old.ResultRef != nil && *old.ResultRef == *verdict.ResultRef || old.Time.After(s.now.Time)) {
 		return nil
 	}
+	if verdict.Result == backupsv1.VerificationFailed {
+		// Failures in a row of this mode: one is a signal, two confirm it (Backup.VerifyFailureConfirmed).
+		verdict.Failures = 1
+		if old := *slot; old != nil && old.Result == backupsv1.VerificationFailed {
+			verdict.Failures = max(old.Failures, 1) + 1
+		}
+	}
 	*slot = verdict
 	cond := VerifiedCondition(b.Status.Verification)
 	cond.ObservedGeneration = b.Generation

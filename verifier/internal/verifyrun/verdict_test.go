@@ -333,3 +333,36 @@ func TestRecordVerdictConflict(t *testing.T) {
 	assert.True(t, meta.IsStatusConditionTrue(got.Status.Conditions, backupsv1.ConditionVerified))
 	assert.True(t, meta.IsStatusConditionTrue(got.Status.Conditions, backupsv1.ConditionPartiallyFailed))
 }
+
+// TestRecordVerdictConfirmsFailures: one failed verification is a signal the Backup records with
+// failures 1, which retention does not act on (WasGood); a second in a row confirms it; a pass in
+// between starts the count again; a failure of each mode confirms it too.
+func TestRecordVerdictConfirmsFailures(t *testing.T) {
+	f := newVerdictFixture(t)
+	at := func(i int) time.Time { return v0.Add(time.Duration(i) * time.Minute) }
+	require.NoError(t, f.record(f.r, f.run("cs1", securityv1.ModeChecksumOnly), at(1), securityv1.EventBackupVerifyMismatch, "sha256 differs"))
+	b := f.get()
+	assert.Equal(t, int32(1), b.Status.Verification.Checksum.Failures)
+	assert.False(t, b.IsGood(), "a failed verification makes the Backup unusable for keep rules")
+	assert.False(t, b.VerifyFailureConfirmed())
+	assert.True(t, b.WasGood(), "one failed verification is not yet a fact retention acts on")
+
+	require.NoError(t, f.record(f.r, f.run("cs2", securityv1.ModeChecksumOnly), at(2), securityv1.EventBackupVerifyCompleted, "ok"))
+	require.NoError(t, f.record(f.r, f.run("cs3", securityv1.ModeChecksumOnly), at(3), securityv1.EventBackupVerifyMismatch, "sha256 differs"))
+	b = f.get()
+	assert.Equal(t, int32(1), b.Status.Verification.Checksum.Failures, "a pass in between starts the count again")
+	assert.True(t, b.WasGood())
+
+	require.NoError(t, f.record(f.r, f.run("cs4", securityv1.ModeChecksumOnly), at(4), securityv1.EventBackupVerifyMismatch, "sha256 differs"))
+	b = f.get()
+	assert.Equal(t, int32(2), b.Status.Verification.Checksum.Failures)
+	assert.True(t, b.VerifyFailureConfirmed(), "two failed verifications in a row confirm it")
+	assert.False(t, b.WasGood())
+
+	g := newVerdictFixture(t)
+	require.NoError(t, g.record(g.r, g.run("cs", securityv1.ModeChecksumOnly), at(1), securityv1.EventBackupVerifyMismatch, "sha256 differs"))
+	require.NoError(t, g.record(g.r, g.run("fr", securityv1.ModeFullRestore), at(2), securityv1.EventBackupVerifyMismatch, "deployment/web differs"))
+	b = g.get()
+	assert.True(t, b.VerifyFailureConfirmed(), "a failure of each mode confirms it")
+	assert.False(t, b.WasGood())
+}
