@@ -10,14 +10,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
 )
 
 func TestFiresAtTheTick(t *testing.T) {
@@ -335,3 +338,57 @@ func TestForeignObjectHoldsTheName(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestTenantJobCannotStopTheTicks: a tenant (holding coffer-tenant in her namespace, as `edit`
+// aggregates it) creates a BackupJob labelled and owned by her Plan, with a scheduled time a month
+// ahead, and lets it finish. It is a run like any other, but no tick: the Plan's next tick fires.
+func TestTenantJobCannotStopTheTicks(t *testing.T) {
+	h := newHarness(t, nil)
+	env.AsCoreController(t) // installs the shipped roles, coffer-tenant among them
+	tenant := asTenant(t, h.ns)
+	future := h.hour(1).Add(30 * 24 * time.Hour)
+	forged := &backupsv1.BackupJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: h.ns,
+			Labels:          map[string]string{backupsv1.LabelPlan: backupsv1.PlanLabelValue(h.plan.Name)},
+			Annotations:     map[string]string{backupsv1.AnnotationScheduledTime: future.UTC().Format(time.RFC3339)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(h.plan, backupsv1.GroupVersion.WithKind("Plan"))}},
+		Spec: backupsv1.BackupJobSpec{PlanRef: &corev1.LocalObjectReference{Name: h.plan.Name},
+			ApplicationRef: h.plan.Spec.ApplicationRef, BackupClassName: h.plan.Spec.BackupClassName},
+	}
+	forged.OwnerReferences[0].BlockOwnerDeletion = nil
+	require.NoError(t, tenant.Create(h.ctx, forged), "a tenant may create BackupJobs owned by her Plan")
+	h.setJobPhase(forged.Name, backupsv1.BackupJobSucceeded, h.plan.CreationTimestamp.Time)
+	// A job with the name of a future tick is no tick either.
+	early := forged.DeepCopy()
+	early.ResourceVersion, early.Name = "", backupsv1.PlanBackupJobName(h.plan.Name, future)
+	require.NoError(t, tenant.Create(h.ctx, early))
+	h.setJobPhase(early.Name, backupsv1.BackupJobSucceeded, h.plan.CreationTimestamp.Time)
+
+	h.clock.SetTime(h.hour(1).Add(time.Second))
+	h.reconcile()
+	require.NotNil(t, h.plan.Status.LastScheduleTime, "the tick fired")
+	assert.Equal(t, h.hour(1), h.plan.Status.LastScheduleTime.Time.UTC())
+	var fired bool
+	for _, j := range h.jobs() {
+		fired = fired || j.Name == backupsv1.PlanBackupJobName(h.plan.Name, h.hour(1))
+	}
+	assert.True(t, fired, "the tick's BackupJob exists")
+}
+
+// asTenant is a client acting as a tenant bound to coffer-tenant in ns.
+func asTenant(t *testing.T, ns string) client.Client {
+	t.Helper()
+	ctx := context.Background()
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: ns},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "tenant@" + ns}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "coffer-tenant"}}
+	require.NoError(t, env.Client.Create(ctx, rb))
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "tenant@" + ns, Groups: []string{"system:authenticated"}}
+	cl, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // the authorizer learns of the binding from its informer
+		return cl.List(ctx, &backupsv1.BackupJobList{}, client.InNamespace(ns)) == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	return cl
+}
