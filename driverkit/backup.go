@@ -25,6 +25,9 @@ const ConditionArtifactDeletion = "ArtifactDeletion"
 // ReasonDeletionFailing: deleting the artifact keeps failing; the driver retries with backoff.
 const ReasonDeletionFailing = "DeletionFailing"
 
+// ReasonDeletionInProgress: the driver started deleting the artifact and waits for it to end.
+const ReasonDeletionInProgress = "DeletionInProgress"
+
 // Waits between two attempts at deleting an artifact: DeletionRetryDelay for the first
 // DeletionRetryBackoffAfter of a deletion, then DeletionRetryMaxDelay.
 const (
@@ -46,7 +49,7 @@ func (k *Kit[S]) reconcileBackup(ctx context.Context, req reconcile.Request) (re
 	log := ctrl.LoggerFrom(ctx).WithValues("backup", klog.KObj(b))
 	ctx = ctrl.LoggerInto(ctx, log)
 	if b.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, k.checkArtifact(ctx, b)
+		return k.checkArtifact(ctx, b)
 	}
 	if k.Finalizer == "" || !controllerutil.ContainsFinalizer(b, k.Finalizer) {
 		return reconcile.Result{}, nil
@@ -70,9 +73,27 @@ func (k *Kit[S]) reconcileBackup(ctx context.Context, req reconcile.Request) (re
 		log.Info("Released Backup; artifact kept", "message", out.Message)
 		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, orDefault(out.Reason, "ArtifactKept"), "Delete", "%s", out.Message)
 	default:
+		// Said on the Backup, and read back by drivers: the deletion this driver started is
+		// under way (an artifact that vanishes now was deleted by it, not lost).
+		if c := meta.FindStatusCondition(b.Status.Conditions, ConditionArtifactDeletion); c == nil || c.Reason != ReasonDeletionInProgress {
+			orig := b.DeepCopy()
+			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: ConditionArtifactDeletion, Status: metav1.ConditionUnknown,
+				Reason: ReasonDeletionInProgress, Message: "The driver is deleting the artifact " + artifactURI(b), LastTransitionTime: metav1.NewTime(k.Clock.Now())})
+			if _, err := PatchStatus(ctx, k.Client, b, orig); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// DeletionStarted reports whether the driver's DeleteArtifact started deleting the artifact of b
+// in an earlier call (ArtifactDeletion=Unknown, DeletionInProgress): an artifact gone now was
+// deleted by it, not lost.
+func DeletionStarted(b *backupsv1.Backup) bool {
+	c := meta.FindStatusCondition(b.Status.Conditions, ConditionArtifactDeletion)
+	return c != nil && c.Reason == ReasonDeletionInProgress
 }
 
 // deletionFailing handles a failed deletion attempt. A namespace being deleted cannot hold the
@@ -120,23 +141,60 @@ func (k *Kit[S]) deletionFailing(ctx context.Context, b *backupsv1.Backup, err e
 	return reconcile.Result{}, err
 }
 
-func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) error {
+// ArtifactConfirmDelay is the default of Kit.ArtifactConfirmDelay: how long an artifact the driver
+// found gone must stay gone before the Backup counts as missing (ArtifactAvailable=False, which retention acts on): longer than the
+// storage sync of the drivers' backends (Velero's backup sync runs every minute by default), so
+// that an object that vanished for a moment, a storage location pointed elsewhere for a while
+// or a backend being reinstalled never costs a restore point.
+const ArtifactConfirmDelay = 3 * time.Minute
+
+// checkArtifact keeps ArtifactAvailable current. An absence is confirmed before it is written:
+// the first check that finds the artifact gone writes Unknown (ArtifactAbsenceUnconfirmed), and
+// only a check at least k.ArtifactConfirmDelay later that still finds it gone writes False. A
+// driver that needs more to confirm (its storage to be synced since) answers Unknown meanwhile.
+func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) (reconcile.Result, error) {
 	checker, ok := k.Driver.(ArtifactChecker)
 	if !ok || b.Status.Phase != backupsv1.BackupReady {
-		return nil // no checker, or the BackupJob reconciler is still writing it
+		return reconcile.Result{}, nil // no checker, or the BackupJob reconciler is still writing it
 	}
 	cond, err := checker.CheckArtifact(ctx, b)
 	if err != nil || cond == nil {
-		return err
+		return reconcile.Result{}, err
+	}
+	var res reconcile.Result
+	prev := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	unconfirmed := prev != nil && prev.Status == metav1.ConditionUnknown && prev.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed
+	if cond.Status != metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionFalse) {
+		waited := time.Duration(0)
+		if unconfirmed {
+			waited = k.Clock.Since(prev.LastTransitionTime.Time)
+		}
+		delay := k.ArtifactConfirmDelay
+		if delay == 0 {
+			delay = ArtifactConfirmDelay
+		}
+		if cond.Status == metav1.ConditionUnknown || waited < delay {
+			msg := cond.Message
+			if cond.Status == metav1.ConditionFalse {
+				msg = fmt.Sprintf("%s; checked again before the Backup counts as missing", cond.Message)
+			}
+			cond = &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionUnknown,
+				Reason: backupsv1.ReasonArtifactAbsenceUnconfirmed, Message: msg}
+			res.RequeueAfter = max(delay-waited, time.Second)
+		}
 	}
 	orig := b.DeepCopy()
+	if cond.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed && !unconfirmed {
+		// The wait is measured from this first sighting, whatever Unknown stood before.
+		meta.RemoveStatusCondition(&b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	}
 	cond.LastTransitionTime = metav1.NewTime(k.Clock.Now())
 	meta.SetStatusCondition(&b.Status.Conditions, *cond)
 	wrote, err := PatchStatus(ctx, k.Client, b, orig)
-	if wrote && cond.Status == metav1.ConditionFalse {
+	if wrote && cond.Status != metav1.ConditionTrue {
 		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, cond.Reason, "Check", "%s", cond.Message)
 	}
-	return err
+	return res, err
 }
 
 // release removes the driver's finalizer.

@@ -61,6 +61,9 @@ type Kit[S client.Object] struct {
 	BackupJobWatches, RestoreJobWatches, BackupWatches []Watch
 	// Workers per controller (default DefaultWorkers).
 	Workers int
+	// ArtifactConfirmDelay is how long an artifact the driver's ArtifactChecker found gone must
+	// stay gone before the Backup counts as missing (default ArtifactConfirmDelay).
+	ArtifactConfirmDelay time.Duration
 	// ClusterName names this cluster in the records of its artifacts (contract rule BK-11),
 	// beside the UID that identifies it; optional.
 	ClusterName string

@@ -3,9 +3,11 @@ package driver
 import (
 	"context"
 	"fmt"
+	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -16,6 +18,10 @@ import (
 
 // ReasonDeletionFailed: Velero processed a DeleteBackupRequest with errors.
 const ReasonDeletionFailed = "DeletionFailed"
+
+// ReasonAbsenceUnconfirmed: a Backup being deleted names a Velero backup missing from the
+// cluster whose absence from storage is not confirmed yet (its location has not synced since).
+const ReasonAbsenceUnconfirmed = "AbsenceUnconfirmed"
 
 // veleroBackupOf reads the Velero backup behind a Coffer Backup. copied is true when the Backup
 // is a copy: restored from a backup of its own namespace (into a verification sandbox, or back
@@ -40,18 +46,69 @@ func (d *Driver) veleroBackupOf(ctx context.Context, b *backupsv1.Backup) (key c
 	return key, vb, !b.Imported() && vb.Annotations[names.AnnotationRun] != b.Namespace+"/"+b.Name, nil
 }
 
-// CheckArtifact reports whether the Velero backup behind a Ready Backup still exists.
+// CheckArtifact reports whether the Velero backup behind a Ready Backup still exists. Velero
+// re-creates a backup object from storage at its next sync, so an object missing from the
+// cluster proves nothing about the data: the absence is confirmed (read uncached) and counts only
+// once the storage location has synced since it was first seen (Velero's sync found no such
+// backup in storage); until then the answer is Unknown (ArtifactAbsenceUnconfirmed). The kit
+// confirms it once more after its delay before the Backup counts as missing.
 func (d *Driver) CheckArtifact(ctx context.Context, b *backupsv1.Backup) (*metav1.Condition, error) {
 	key, vb, copied, err := d.veleroBackupOf(ctx, b)
 	if err != nil || copied || key.Name == "" {
 		return nil, err
 	}
-	if vb == nil || vb.Status.Phase == velerov1.BackupPhaseDeleting {
-		return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing,
-			Message: fmt.Sprintf("Velero backup %s no longer exists (expired by its TTL or deleted outside Coffer); this Backup cannot be restored", key)}, nil
+	if vb != nil && vb.Status.Phase != velerov1.BackupPhaseDeleting {
+		return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonArtifactPresent,
+			Message: fmt.Sprintf("Velero backup %s is stored in location %s", key, b.Spec.DriverMetadata[names.MetaStorageLocation])}, nil
 	}
-	return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonArtifactPresent,
-		Message: fmt.Sprintf("Velero backup %s is stored in location %s", key, b.Spec.DriverMetadata[names.MetaStorageLocation])}, nil
+	if vb != nil {
+		return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing,
+			Message: fmt.Sprintf("Velero backup %s is being deleted (outside Coffer); this Backup cannot be restored", key)}, nil
+	}
+	since := metav1.NewTime(time.Now())
+	if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable); c != nil && c.Status != metav1.ConditionTrue {
+		since = c.LastTransitionTime
+	}
+	synced, err := d.absentFromStorage(ctx, b, key, since)
+	if err != nil {
+		return nil, err
+	}
+	if !synced.confirmed {
+		return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionUnknown, Reason: backupsv1.ReasonArtifactAbsenceUnconfirmed,
+			Message: fmt.Sprintf("Velero backup %s is not in the cluster; %s", key, synced.why)}, nil
+	}
+	return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing,
+		Message: fmt.Sprintf("Velero backup %s no longer exists: %s (expired by its TTL or deleted outside Coffer); this Backup cannot be restored", key, synced.why)}, nil
+}
+
+// storageAnswer is what the storage location says of a backup missing from the cluster.
+type storageAnswer struct {
+	confirmed bool   // the location synced after since and the backup is still not in the cluster
+	why       string // for messages
+}
+
+// absentFromStorage confirms that a Velero backup missing from the cluster's cache is not in its
+// storage location either: read uncached it is still missing, and the location (available) has
+// synced with its storage after since, so Velero's sync would have brought it back had its data
+// been there.
+func (d *Driver) absentFromStorage(ctx context.Context, b *backupsv1.Backup, key client.ObjectKey, since metav1.Time) (storageAnswer, error) {
+	if err := d.plans().Get(ctx, key, &velerov1.Backup{}); err == nil {
+		return storageAnswer{why: "the cache is behind; it is there"}, nil
+	} else if !apierrors.IsNotFound(err) {
+		return storageAnswer{}, err
+	}
+	loc := b.Spec.DriverMetadata[names.MetaStorageLocation]
+	bsl := &velerov1.BackupStorageLocation{}
+	if err := d.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: loc}, bsl); apierrors.IsNotFound(err) || loc == "" {
+		return storageAnswer{why: fmt.Sprintf("its storage location %q does not exist, so storage cannot be asked; waiting for it", loc)}, nil
+	} else if err != nil {
+		return storageAnswer{}, err
+	}
+	if bsl.Status.Phase != velerov1.BackupStorageLocationPhaseAvailable || bsl.Status.LastSyncedTime == nil || !bsl.Status.LastSyncedTime.After(since.Time) {
+		return storageAnswer{why: fmt.Sprintf("waiting for storage location %s (phase %q) to sync with its storage after %s before it counts as gone",
+			loc, bsl.Status.Phase, since.UTC().Format(time.RFC3339))}, nil
+	}
+	return storageAnswer{confirmed: true, why: fmt.Sprintf("storage location %s synced at %s and holds no such backup", loc, bsl.Status.LastSyncedTime.UTC().Format(time.RFC3339))}, nil
 }
 
 // DeleteArtifact asks Velero to delete the backup and its data through a DeleteBackupRequest (a
@@ -68,8 +125,34 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 		return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactNotOwned",
 			Message: fmt.Sprintf("This Backup is a restored copy; Velero backup %s belongs to the original Backup and is kept", key)}, nil
 	case gone && key.Name != "":
-		_ = client.IgnoreNotFound(d.Client.Delete(ctx, &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: dbrKey.Name, Namespace: dbrKey.Namespace}}))
-		return driverkit.DeleteOutcome{Done: true, Message: fmt.Sprintf("Velero backup %s and its data are deleted", key)}, nil
+		// Gone from the cluster: deleted by our request, or missing for a while (Velero re-syncs
+		// it from storage). Release only once storage is known not to hold it.
+		if b.ArtifactMissing() {
+			// Its absence was confirmed before the deletion (ArtifactAvailable=False).
+			return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactAlreadyGone",
+				Message: fmt.Sprintf("Velero backup %s was already gone (%s); nothing was deleted", key, meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable).Message)}, nil
+		}
+		dbr := &velerov1.DeleteBackupRequest{}
+		err := d.Client.Get(ctx, dbrKey, dbr)
+		if client.IgnoreNotFound(err) != nil {
+			return driverkit.DeleteOutcome{}, err
+		}
+		if driverkit.DeletionStarted(b) && (apierrors.IsNotFound(err) || dbr.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(dbr.Status.Errors) == 0) {
+			// Our request went through: Velero deletes the backup object only once its data are,
+			// and then its requests.
+			_ = client.IgnoreNotFound(d.Client.Delete(ctx, &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: dbrKey.Name, Namespace: dbrKey.Namespace}}))
+			return driverkit.DeleteOutcome{Done: true, Message: fmt.Sprintf("Velero backup %s and its data are deleted", key)}, nil
+		}
+		synced, err := d.absentFromStorage(ctx, b, key, *b.DeletionTimestamp)
+		if err != nil {
+			return driverkit.DeleteOutcome{}, err
+		}
+		if !synced.confirmed {
+			return driverkit.DeleteOutcome{}, driverkit.Failf(ReasonAbsenceUnconfirmed,
+				"Velero backup %s is not in the cluster and its deletion cannot be confirmed yet: %s", key, synced.why)
+		}
+		return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactAlreadyGone",
+			Message: fmt.Sprintf("Velero backup %s was already gone (%s); nothing was deleted", key, synced.why)}, nil
 	case gone:
 		return driverkit.DeleteOutcome{Done: true, Message: "The Backup names no Velero backup; nothing to delete"}, nil
 	}

@@ -124,8 +124,14 @@ func newKit(c client.Client, rec events.EventRecorder) *driver.Kit {
 	if rec == nil {
 		rec = &events.FakeRecorder{} // discards
 	}
-	return driver.New(&driver.Driver{Client: c, Recorder: rec, HTTP: http.DefaultClient, DownloadTimeout: time.Minute})
+	kit := driver.New(&driver.Driver{Client: c, Recorder: rec, HTTP: http.DefaultClient, DownloadTimeout: time.Minute})
+	kit.ArtifactConfirmDelay = artifactConfirmDelay
+	return kit
 }
+
+// artifactConfirmDelay is the kit's wait before an absence counts, shortened for the tests (the
+// stack's Velero syncs its storage every 10 seconds).
+const artifactConfirmDelay = 15 * time.Second
 
 func newBackupJobReconciler(c client.Client, rec events.EventRecorder) reconcile.Reconciler {
 	return newKit(c, rec).BackupJobReconciler()

@@ -152,7 +152,7 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 	s.veleroEnv = []string{"TMPDIR=" + filepath.Join(dir, "tmp"), "HOME=" + filepath.Join(dir, "home"), "PATH=" + os.Getenv("PATH"), "AWS_SHARED_CREDENTIALS_FILE=" + credsFile}
 	s.veleroArgs = []string{"server", "--kubeconfig=" + c.Kubeconfig, "--namespace=" + Namespace, "--plugin-dir=" + filepath.Join(dir, "plugins"),
 		"--metrics-address=" + s.veleroMetrics, "--profiler-address=127.0.0.1:" + strconv.Itoa(profilerPort),
-		"--store-validation-frequency=10s", "--log-level=info"}
+		"--store-validation-frequency=10s", "--backup-sync-period=10s", "--log-level=info"}
 	if err := s.startVelero(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,52 @@
+package realstack
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+)
+
+// TestVeleroBackupGoneForAMomentIsNotLost deletes the velero.io Backup object behind a Ready
+// Backup the way a reinstall or a re-created CRD does (a plain delete: its data stay in storage).
+// Velero's storage sync brings it back; meanwhile the Backup is never marked missing (which
+// retention would prune), only ArtifactAvailable=Unknown (ArtifactAbsenceUnconfirmed), and it
+// ends True again.
+func TestVeleroBackupGoneForAMomentIsNotLost(t *testing.T) {
+	ctx := context.Background()
+	shop(t, managedNS, "shop")
+	job := backupJob(managedNS, "vanishing-1", "velero", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+	waitJob(t, job)
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	vbKey := client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroBackup(job)}
+	vb := &velerov1.Backup{}
+	require.NoError(t, cl.Get(ctx, vbKey, vb))
+	deleted := time.Now().Add(-time.Second) // LastTransitionTime has a resolution of a second
+	require.NoError(t, cl.Delete(ctx, vb))
+
+	waitFor(t, "the Backup to find its artifact again", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		b := &backupsv1.Backup{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: job.Name}, b); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+		require.NotNil(t, c)
+		require.NotEqual(t, metav1.ConditionFalse, c.Status, "an absence for a moment is never a missing artifact: %s", c.Message)
+		if c.Status == metav1.ConditionUnknown {
+			require.Equal(t, backupsv1.ReasonArtifactAbsenceUnconfirmed, c.Reason)
+		}
+		// True again, after a transition since the deletion (through Unknown: never False).
+		return c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(deleted), nil
+	})
+	require.NoError(t, cl.Get(ctx, vbKey, &velerov1.Backup{}), "Velero's sync brought the backup back from storage")
+}
