@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -556,4 +557,55 @@ func TestTheRecordTemplateIsTheRecordOfTheBackupToBe(t *testing.T) {
 	want.UID, want.Artifact = "", backupsv1.BackupArtifact{}
 	assert.Equal(t, want, template)
 	assert.Equal(t, "nightly", template.Labels[backupsv1.LabelPlan])
+}
+
+// spec.options.restoreRBAC (contract RJ-14): a value other than "true" or "false" fails the run
+// InvalidOption, and "true" runs only once the admission policy coffer-restore-rbac is bound, so
+// that the API server checked the creator's right to bind and escalate roles; the driver is not
+// asked to restore otherwise.
+func TestRestoreRBACRunsOnlyAdmitted(t *testing.T) {
+	f := newFixture(t)
+	f.driver.restore = func(context.Context, *driverkit.RestoreRun[S]) (driverkit.RestoreOutcome, error) {
+		return driverkit.RestoreOutcome{Done: true, Message: "restored"}, nil
+	}
+	b := f.readyBackup()
+	withRBAC := func(value string) *backupsv1.RestoreJob {
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "restore-", Namespace: f.ns},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name},
+				Options: map[string]string{backupsv1.OptionRestoreRBAC: value}}}
+		f.create(rj)
+		return rj
+	}
+	failed := func(rj *backupsv1.RestoreJob, reason string) {
+		t.Helper()
+		_, err := f.reconcileRestore(rj)
+		require.NoError(t, err)
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase, rj.Status.Message)
+		ready := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
+		require.NotNil(t, ready)
+		assert.Equal(t, metav1.ConditionFalse, ready.Status)
+		assert.Equal(t, reason, ready.Reason)
+	}
+
+	bad := withRBAC("yes")
+	failed(bad, backupsv1.ReasonInvalidOption)
+	assert.Contains(t, bad.Status.Message, `spec.options.restoreRBAC is "yes"; it must be "true" or "false"`)
+
+	unchecked := withRBAC("true")
+	failed(unchecked, driverkit.ReasonRBACNotAuthorized)
+	assert.Contains(t, unchecked.Status.Message, "needs the admission policy coffer-restore-rbac, which is not installed")
+	assert.Empty(t, f.driver.restores, "the driver was not asked to restore")
+
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: backupsv1.RestoreRBACPolicy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: backupsv1.RestoreRBACPolicy,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}
+	f.create(binding)
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), binding) })
+	for _, value := range []string{"true", "false"} {
+		rj := withRBAC(value)
+		_, err := f.reconcileRestore(rj)
+		require.NoError(t, err)
+		require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, "%s: %s", value, rj.Status.Message)
+	}
+	assert.Len(t, f.driver.restores, 2)
 }

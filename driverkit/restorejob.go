@@ -99,6 +99,9 @@ func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Res
 	if err := k.targetAdmitted(ctx, s.rj); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := k.rbacAdmitted(ctx, s.rj); err != nil {
+		return reconcile.Result{}, err
+	}
 	strat, err := GetStrategy(ctx, k.Client, b.Spec.StrategyRef, k.NewStrategy())
 	if err != nil {
 		return reconcile.Result{}, err
@@ -165,6 +168,43 @@ func (k *Kit[S]) targetAdmitted(ctx context.Context, rj *backupsv1.RestoreJob) e
 	case rj.CreationTimestamp.Before(&binding.CreationTimestamp):
 		return Failf(ReasonTargetNotAuthorized, "this RestoreJob was created before the admission policy %s was installed, so nobody checked that its creator may restore into namespace %s: create it again",
 			backupsv1.RestoreTargetPolicy, target)
+	}
+	return nil
+}
+
+// ReasonRBACNotAuthorized fails a restore asking for the backup's Roles, RoleBindings and
+// ServiceAccounts (spec.options.restoreRBAC) that the admission policy coffer-restore-rbac did not
+// authorize.
+const ReasonRBACNotAuthorized = "RBACNotAuthorized"
+
+// rbacAdmitted refuses at run time what the admission policy coffer-restore-rbac would refuse
+// (contract RJ-14): a value of spec.options.restoreRBAC other than "true" or "false" fails the run
+// InvalidOption, and "true" runs only when the policy's binding existed when the RestoreJob was
+// created, so the API server checked that its creator may create, bind and escalate roles in the
+// target namespace. A driver creates what it restores with its own rights, which the API server's
+// escalation check never weighs against the requester's.
+func (k *Kit[S]) rbacAdmitted(ctx context.Context, rj *backupsv1.RestoreJob) error {
+	want, err := rj.RestoresRBAC()
+	if err != nil {
+		return Failf(backupsv1.ReasonInvalidOption, "%v; nothing was restored: create the RestoreJob again without it, or with \"true\" to restore the backup's Roles, RoleBindings and ServiceAccounts", err)
+	}
+	if !want {
+		return nil
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	err = k.Client.Get(ctx, client.ObjectKey{Name: backupsv1.RestoreRBACPolicy}, binding)
+	switch {
+	case apierrors.IsNotFound(err):
+		return Failf(ReasonRBACNotAuthorized, "restoring Roles, RoleBindings and ServiceAccounts (spec.options.%s) needs the admission policy %s, which is not installed: install deploy/core-controller, then create the RestoreJob again",
+			backupsv1.OptionRestoreRBAC, backupsv1.RestoreRBACPolicy)
+	case err != nil:
+		return err
+	case !binding.DeletionTimestamp.IsZero() || binding.Spec.PolicyName != backupsv1.RestoreRBACPolicy || !slices.Contains(binding.Spec.ValidationActions, admissionregistrationv1.Deny):
+		return Failf(ReasonRBACNotAuthorized, "restoring Roles, RoleBindings and ServiceAccounts needs the admission policy binding %s to deny what its policy refuses; it does not: reinstall deploy/core-controller",
+			backupsv1.RestoreRBACPolicy)
+	case rj.CreationTimestamp.Before(&binding.CreationTimestamp):
+		return Failf(ReasonRBACNotAuthorized, "this RestoreJob was created before the admission policy %s was installed, so nobody checked that its creator may create and bind Roles in namespace %s (spec.options.%s): create it again",
+			backupsv1.RestoreRBACPolicy, rj.TargetNamespace(), backupsv1.OptionRestoreRBAC)
 	}
 	return nil
 }

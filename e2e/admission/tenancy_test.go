@@ -114,3 +114,117 @@ func assertRefused(t *testing.T, err error, user, target string) {
 	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy", "refused by the admission policy")
 	assert.Contains(t, err.Error(), "user "+user+" may not create RestoreJobs in namespace "+target)
 }
+
+// bindRole binds user to the ClusterRole role in ns.
+func bindRole(t *testing.T, user, ns, role string) {
+	t.Helper()
+	require.NoError(t, cl.Create(context.Background(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "builtin-", Namespace: ns},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+	}))
+}
+
+// bindBuiltin binds user in ns to Kubernetes' built-in role (edit or admin) and to the
+// system:aggregate-to-* ClusterRoles it aggregates, whose rules kube-controller-manager (not run by
+// this suite) would copy into it, and to coffer-tenant, which deploy/ aggregates into both.
+func bindBuiltin(t *testing.T, user, ns, role string) {
+	t.Helper()
+	parts := map[string][]string{"edit": {"edit", "view"}, "admin": {"admin", "edit", "view"}}[role]
+	require.NotEmpty(t, parts, role)
+	bindRole(t, user, ns, role)
+	for _, p := range parts {
+		bindRole(t, user, ns, "system:aggregate-to-"+p)
+	}
+	bindTenant(t, user, ns)
+}
+
+// TestRestoreRBACNeedsTheRightToBind attacks the restoreRBAC boundary as tenants bound to
+// Kubernetes' built-in roles (with coffer-tenant, as aggregation into them would give): a restore
+// re-creates the backup's Roles, RoleBindings and ServiceAccounts with the driver's rights, so the
+// option is admitted only from a user who could create and bind them in the target namespace
+// themselves. edit and admin cannot (admin lacks bind and escalate); a user who may also bind and
+// escalate roles, and cluster-admin, can. One who holds that in tenant-a only cannot ask for it
+// into tenant-c.
+func TestRestoreRBACNeedsTheRightToBind(t *testing.T) {
+	ctx := context.Background()
+	a, c := namespace(t), namespace(t)
+	// rbac-manager: bind and escalate, in namespace a only.
+	binder := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{GenerateName: "binder-"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"roles", "clusterroles"}, Verbs: []string{"bind", "escalate"}}}}
+	require.NoError(t, cl.Create(ctx, binder))
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), binder) })
+	for _, u := range []struct{ user, role string }{{"rbac-edit", "edit"}, {"rbac-admin", "admin"}, {"rbac-manager", "admin"}} {
+		bindBuiltin(t, u.user, a, u.role)
+		bindBuiltin(t, u.user, c, "edit")
+	}
+	bindRole(t, "rbac-manager", a, binder.Name)
+	edit, admin, manager := as(t, "rbac-edit"), as(t, "rbac-admin"), as(t, "rbac-manager")
+	withRBAC := func(ns, target, value string) *backupsv1.RestoreJob {
+		rj := restoreJob(ns, target)
+		if rj.Spec.Options == nil {
+			rj.Spec.Options = map[string]string{}
+		}
+		rj.Spec.Options[backupsv1.OptionRestoreRBAC] = value
+		return rj
+	}
+
+	// Policies and bindings take effect asynchronously: wait until the attack is refused.
+	var err error
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		rj := withRBAC(a, "", "true")
+		if err = edit.Create(ctx, rj); err == nil {
+			return false, cl.Delete(ctx, rj)
+		}
+		return true, nil
+	}), "the restore-rbac policy never refused an edit user")
+	assertRBACRefused(t, err, "rbac-edit", a)
+
+	t.Run("admin may not either: it lacks bind and escalate", func(t *testing.T) {
+		err := admin.Create(ctx, withRBAC(a, "", "true"))
+		assertRBACRefused(t, err, "rbac-admin", a)
+		assert.Contains(t, err.Error(), "may not escalate roles", "admin creates and patches Roles and RoleBindings, within its own rights")
+	})
+	t.Run("a user who may bind and escalate roles may", func(t *testing.T) {
+		rj := withRBAC(a, "", "true")
+		require.NoError(t, manager.Create(ctx, rj))
+		assert.Equal(t, "true", rj.Spec.Options[backupsv1.OptionRestoreRBAC], "the admitted opt-in is recorded on the RestoreJob")
+	})
+	t.Run("cluster-admin may", func(t *testing.T) {
+		require.NoError(t, cl.Create(ctx, withRBAC(a, "", "true")))
+	})
+	t.Run("not into a namespace where the user may not bind", func(t *testing.T) {
+		assertRBACRefused(t, manager.Create(ctx, withRBAC(a, c, "true")), "rbac-manager", c)
+		assertRBACRefused(t, edit.Create(ctx, withRBAC(a, c, "true")), "rbac-edit", c)
+		require.NoError(t, edit.Create(ctx, restoreJob(a, c)), "without the option the restore into c is admitted as before")
+	})
+	t.Run("without the option, or with false, every tenant restores", func(t *testing.T) {
+		require.NoError(t, edit.Create(ctx, restoreJob(a, "")))
+		require.NoError(t, edit.Create(ctx, withRBAC(a, "", "false")))
+		require.NoError(t, admin.Create(ctx, withRBAC(a, "", "false")))
+	})
+	t.Run("any other value is refused, even from cluster-admin", func(t *testing.T) {
+		for _, v := range []string{"yes", "True", ""} {
+			err := cl.Create(ctx, withRBAC(a, "", v))
+			require.Error(t, err, "%q", v)
+			assert.Contains(t, err.Error(), `spec.options.restoreRBAC must be "true" or "false"`, "%q", v)
+		}
+	})
+	t.Run("the option cannot be added after creation", func(t *testing.T) {
+		rj := restoreJob(a, "")
+		require.NoError(t, edit.Create(ctx, rj))
+		rj.Spec.Options = map[string]string{backupsv1.OptionRestoreRBAC: "true"}
+		err := cl.Update(ctx, rj)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "spec is immutable")
+	})
+}
+
+func assertRBACRefused(t *testing.T, err error, user, target string) {
+	t.Helper()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy", "refused by the admission policy")
+	assert.Contains(t, err.Error(), "coffer-restore-rbac")
+	assert.Contains(t, err.Error(), "user "+user+" may not ")
+	assert.Contains(t, err.Error(), "in namespace "+target+", so this RestoreJob may not restore Roles, RoleBindings and ServiceAccounts there")
+}

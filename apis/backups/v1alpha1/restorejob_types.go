@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -29,10 +31,13 @@ type RestoreJobSpec struct {
 	// +kubebuilder:validation:XValidation:rule="size(self.kind) > 0 && size(self.kind) <= 63",message="targetApplicationRef.kind must be 1-63 characters"
 	TargetApplicationRef *corev1.TypedLocalObjectReference `json:"targetApplicationRef,omitempty"`
 
-	// options are restore options. One is standard and read alike by every driver and by the
-	// admission policy coffer-restore-target: targetNamespace (OptionTargetNamespace) restores into
-	// another namespace, admitted only when the creating user may create RestoreJobs there. The
-	// others are driver-specific.
+	// options are restore options. Standard ones are read alike by every driver and by the
+	// admission policies shipped with core: targetNamespace (OptionTargetNamespace) restores into
+	// another namespace, admitted (coffer-restore-target) only when the creating user may create
+	// RestoreJobs there; restoreRBAC (OptionRestoreRBAC) "true" restores the backup's Roles,
+	// RoleBindings and ServiceAccounts, which are left out otherwise, admitted (coffer-restore-rbac)
+	// only when the creating user may create and bind them in the target namespace; inert
+	// (OptionInert). The others are driver-specific.
 	// Bounded (MaxOptions, MaxOptionKeyLength, MaxOptionValueLength): every controller holds every
 	// RestoreJob in memory.
 	// +optional
@@ -136,6 +141,33 @@ const OptionTargetNamespace = "targetNamespace"
 // The backup verifier sets it on the restores into its sandboxes, which also hold a ResourceQuota
 // of zero pods, so a driver that ignores it cannot make a sandbox run anything either.
 const OptionInert = "inert"
+
+// OptionRestoreRBAC is the standard restore option asking the driver to restore the backup's Roles,
+// RoleBindings and ServiceAccounts ("true"; "false" or unset leaves them out, any other value fails
+// the run InvalidOption). A driver restores objects with its own rights, not its requester's, so
+// the API server's RBAC escalation check never sees who asked: the admission policy
+// RestoreRBACPolicy admits the option only from a user who may create those objects in the target
+// namespace and bind and escalate roles there, and drivers run it only when that policy's binding
+// existed when the RestoreJob was created (contract RJ-14). An inert restore restores none of
+// them, whatever this option says.
+const OptionRestoreRBAC = "restoreRBAC"
+
+// RestoreRBACPolicy is the ValidatingAdmissionPolicy (and its binding) that authorizes
+// spec.options.restoreRBAC.
+const RestoreRBACPolicy = "coffer-restore-rbac"
+
+// RestoresRBAC reports whether the RestoreJob asks for the backup's Roles, RoleBindings and
+// ServiceAccounts, and an error naming the option when its value is neither "true" nor "false".
+func (r *RestoreJob) RestoresRBAC() (bool, error) {
+	switch v, set := r.Spec.Options[OptionRestoreRBAC]; {
+	case !set || v == "false":
+		return false, nil
+	case v == "true":
+		return true, nil
+	default:
+		return false, fmt.Errorf("spec.options.%s is %.64q; it must be \"true\" or \"false\"", OptionRestoreRBAC, v)
+	}
+}
 
 // RestoreTargetPolicy is the ValidatingAdmissionPolicy (and its binding) that authorizes a restore
 // into another namespace.
