@@ -1,0 +1,59 @@
+package admission
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+)
+
+// TestShippedNamespacesEnforcePodSecurity applies the Namespaces deploy/ ships to the real API
+// server (its Pod Security admission) and creates, server-side dry run, a Pod of every shipped
+// Deployment's template in its namespace: each is admitted. In coffer-system, which enforces
+// restricted, a Pod asking for privilege is refused.
+func TestShippedNamespacesEnforcePodSecurity(t *testing.T) {
+	ctx := context.Background()
+	for _, comp := range manifests.Components {
+		objs, err := manifests.Render(filepath.Join(root, "deploy", comp, "manager"))
+		require.NoError(t, err)
+		var nss []*unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "Namespace" {
+				nss = append(nss, o)
+			}
+		}
+		require.NoError(t, manifests.Apply(ctx, cl, nss))
+		for _, o := range objs {
+			if o.GetKind() != "Deployment" {
+				continue
+			}
+			d := &appsv1.Deployment{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "template-", Namespace: d.Namespace}, Spec: d.Spec.Template.Spec}
+			pod.Spec.ServiceAccountName = ""
+			assert.NoError(t, cl.Create(ctx, pod, client.DryRunAll), "%s: the shipped Deployment's pods meet its namespace's Pod Security level", d.Name)
+		}
+	}
+
+	ns := &corev1.Namespace{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: "coffer-system"}, ns))
+	assert.Equal(t, "restricted", ns.Labels["pod-security.kubernetes.io/enforce"])
+	privileged := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "privileged-", Namespace: "coffer-system"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x",
+			SecurityContext: &corev1.SecurityContext{Privileged: ptrTo(true)}}}}}
+	err := cl.Create(ctx, privileged, client.DryRunAll)
+	require.Error(t, err, "coffer-system refuses a privileged pod")
+	assert.Contains(t, err.Error(), "violates PodSecurity")
+}
+
+func ptrTo[T any](v T) *T { return &v }
