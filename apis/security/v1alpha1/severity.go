@@ -65,6 +65,12 @@ const (
 	CodeBackupNotReady = "backup-not-ready"
 	// CodeRestoreSucceeded: the Backup's driver restored it into the sandbox.
 	CodeRestoreSucceeded = "restore-succeeded"
+
+	// CodeSandboxTampered: before the diff, a full-restore's sandbox was found unconfined (either
+	// backend): its zero-pods ResourceQuota or deny-all NetworkPolicy gone or changed, or a Role,
+	// RoleBinding, ServiceAccount, NetworkPolicy or Pod in it that the verifier did not put there;
+	// critical.
+	CodeSandboxTampered = "sandbox-tampered"
 )
 
 // CodeCheckNotRun: the verifier could not run one of its checks. It is a fault of the verifier's
@@ -73,7 +79,7 @@ const CodeCheckNotRun = "check-not-run"
 
 var codePriority = func() map[string]int {
 	order := []string{
-		CodeChecksumMismatch, CodeSizeMismatch, CodeArtifactMissing, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned,
+		CodeChecksumMismatch, CodeSizeMismatch, CodeArtifactMissing, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned, CodeSandboxTampered,
 		CodeBackupNotFound, CodeBackupNotReady,
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
 		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,

@@ -28,11 +28,13 @@ func Excluded() map[schema.GroupKind]string {
 }
 
 // InertExcluded returns what an inert restore (spec.options.inert, contract RJ-12) leaves out:
-// Excluded, and bare Pods. Nothing else changes on purpose: the workloads it restores keep their
-// replicas and suspend, and what they would start is their controllers' to make again.
+// Excluded, bare Pods, and NetworkPolicies (a verification sandbox receives none, which could void
+// its deny-all). Nothing else changes on purpose: the workloads it restores keep their replicas and
+// suspend, and what they would start is their controllers' to make again.
 func InertExcluded() map[schema.GroupKind]string {
 	out := Excluded()
 	out[schema.GroupKind{Kind: "Pod"}] = "pods"
+	out[schema.GroupKind{Group: "networking.k8s.io", Kind: "NetworkPolicy"}] = "networkpolicies.networking.k8s.io"
 	return out
 }
 

@@ -27,13 +27,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,9 +58,9 @@ type Checker struct {
 	Store *Store
 }
 
-// SandboxQuota is the ResourceQuota of zero pods in each sandbox of a coffer full-restore: whatever
-// the driver restores, nothing in the sandbox can start a pod.
-const SandboxQuota = "coffer-verifier-no-pods"
+// SandboxQuota is the ResourceQuota of zero pods in each sandbox (velerocheck's confine makes it
+// for every backend): whatever the driver restores, nothing in the sandbox can start a pod.
+const SandboxQuota = velerocheck.SandboxQuota
 
 // BackupKey is the Backup a run of the coffer backend verifies.
 func BackupKey(run *securityv1.BackupVerifyRun) client.ObjectKey {
@@ -254,9 +254,6 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			}
 			return out, err
 		}
-		if err := c.noPods(ctx, run); err != nil {
-			return out, err
-		}
 		if rj, err = c.createRestoreJob(ctx, run, b, key); err != nil {
 			return out, err
 		}
@@ -333,6 +330,14 @@ const DetailContentDiff = "contentDiff"
 // counts and details go to out; it returns what the restore-succeeded finding says of it.
 func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, rj *backupsv1.RestoreJob, out *velerocheck.Outcome) (string, error) {
 	if !madeByVelero(b) {
+		// The diff of a Velero-made Backup re-checks the sandbox itself (CompareRestore).
+		confined, err := c.Velero.RecheckSandboxes(ctx, run, map[string]string{b.Namespace: run.Spec.SandboxNamespace}, out)
+		if err != nil {
+			return "", err
+		}
+		if !confined {
+			return "but the sandbox was not confined when the verifier re-checked it: see the sandbox-tampered findings", nil
+		}
 		driver := ptr.Deref(b.Spec.StrategyRef.APIGroup, "(core)")
 		if it := rj.Status.Items; it != nil && it.Compared > 0 {
 			// Contract RJ-13: the driver compared what it restored with the backup's own record
@@ -348,7 +353,10 @@ func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVeri
 	if err != nil {
 		return "", err
 	}
-	vout, err := c.Velero.CompareRestore(ctx, vrun, b.Namespace, run.Spec.SandboxNamespace, velerodriverv1.InertExcluded())
+	// What driver-velero's inert restore leaves out, and what no sandbox may hold.
+	excluded := velerodriverv1.InertExcluded()
+	maps.Copy(excluded, velerocheck.NeverInSandbox)
+	vout, err := c.Velero.CompareRestore(ctx, vrun, b.Namespace, run.Spec.SandboxNamespace, excluded)
 	if err != nil {
 		return "", err
 	}
@@ -371,18 +379,6 @@ func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVeri
 	}
 	return fmt.Sprintf("compared with Velero backup %s: all %d object(s) of namespace %s it restores are in the sandbox, %s of them compared by content and identical",
 		ref, out.ObjectsExpected, b.Namespace, compared), nil
-}
-
-// noPods creates the sandbox's ResourceQuota of zero pods (once; AlreadyExists is this run's own).
-func (c *Checker) noPods(ctx context.Context, run *securityv1.BackupVerifyRun) error {
-	q := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: SandboxQuota, Namespace: run.Spec.SandboxNamespace, Labels: map[string]string{securityv1.LabelRunUID: string(run.UID)}},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}},
-	}
-	if err := c.Client.Create(ctx, q); err != nil && !apierrors.IsAlreadyExists(err) {
-		return velerocheck.APIError(fmt.Sprintf("creating ResourceQuota %s in sandbox %s", SandboxQuota, run.Spec.SandboxNamespace), err)
-	}
-	return nil
 }
 
 func (c *Checker) createRestoreJob(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, key client.ObjectKey) (*backupsv1.RestoreJob, error) {

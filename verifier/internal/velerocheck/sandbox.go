@@ -3,13 +3,17 @@ package velerocheck
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,13 +29,16 @@ import (
 //
 //   - the verifier holds no read access outside its sandboxes. In each sandbox it creates, it binds
 //     itself (RoleBinding SandboxRole) to the shipped ClusterRole SandboxRole
-//     (deploy/verifier/rbac/sandbox_role.yaml: get on every kind, create NetworkPolicies), which
+//     (deploy/verifier/rbac/sandbox_role.yaml: get on every kind, create NetworkPolicies and
+//     ResourceQuotas, list what CheckSandboxes lists), which
 //     it may bind without holding those rights (RBAC's bind verb, on that ClusterRole only); the
 //     admission policy coffer-verifier-confinement (deploy/verifier/policies) lets its
 //     ServiceAccount create and delete only labelled -bvsandbox namespaces and create only that
 //     binding, to itself, only in them;
-//   - the namespace enforces Pod Security "restricted" and a NetworkPolicy denies all ingress and
-//     egress of its pods;
+//   - the namespace enforces Pod Security "restricted", a NetworkPolicy denies all ingress and
+//     egress of its pods, and a ResourceQuota allows zero pods;
+//   - no restore into it brings Roles, RoleBindings, ServiceAccounts or NetworkPolicies
+//     (NeverInSandbox), and before the diff CheckSandboxes re-checks all of this;
 //   - the Restore leaves out Pods and DaemonSets (excludedResources) and applies the resource
 //     modifiers of the ConfigMap SandboxModifiers (deploy/verifier/velero, in Velero's
 //     namespace): Deployments, StatefulSets, ReplicaSets and ReplicationControllers come back
@@ -43,6 +50,9 @@ const (
 	SandboxRole = "coffer-verifier-sandbox"
 	// SandboxNetworkPolicy is the deny-all NetworkPolicy of each sandbox.
 	SandboxNetworkPolicy = "coffer-verifier-deny-all"
+	// SandboxQuota is the ResourceQuota of zero pods of each sandbox: whatever a restore brings
+	// into it, nothing there can start a pod.
+	SandboxQuota = "coffer-verifier-no-pods"
 	// SandboxModifiers is the ConfigMap of Velero resource modifiers, in the namespace of the
 	// Velero backup (and so of the Restore), that makes restored workloads inert.
 	SandboxModifiers = "coffer-verifier-sandbox"
@@ -66,8 +76,27 @@ var ExcludedFromSandbox = func() map[schema.GroupKind]string {
 	out := veleroapi.Excluded()
 	out[schema.GroupKind{Kind: "Pod"}] = "pods"
 	out[schema.GroupKind{Group: "apps", Kind: "DaemonSet"}] = "daemonsets.apps"
+	maps.Copy(out, NeverInSandbox)
 	return out
 }()
+
+// NeverInSandbox are the kinds no restore into a sandbox may bring, with their Velero resource
+// names: Roles, RoleBindings and ServiceAccounts (a tenant's RoleBinding restored there would open
+// the sandbox to the tenant, who could then change what the diff reads), and NetworkPolicies (an
+// allow-all one from the backup would void the deny-all). Every sandbox restore leaves them out
+// (the velero backend's Restore, ExcludedFromSandbox; the coffer backend's diff expects them absent
+// too), and CheckSandboxes finds any that reached a sandbox all the same.
+var NeverInSandbox = map[schema.GroupKind]string{
+	gkRole:          "roles.rbac.authorization.k8s.io",
+	gkRoleBinding:   "rolebindings.rbac.authorization.k8s.io",
+	gkSA:            "serviceaccounts",
+	gkNetworkPolicy: "networkpolicies.networking.k8s.io",
+}
+
+var (
+	gkRole          = schema.GroupKind{Group: rbacv1.GroupName, Kind: "Role"}
+	gkNetworkPolicy = schema.GroupKind{Group: networkingv1.GroupName, Kind: "NetworkPolicy"}
+)
 
 // ScaledToZero are the kinds the resource modifiers restore with spec.replicas 0, with their Velero
 // group-resource names.
@@ -166,34 +195,133 @@ func (c *Checker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, 
 	if err := c.Client.Create(ctx, rb); err != nil && !apierrors.IsAlreadyExists(err) {
 		return APIError(fmt.Sprintf("binding the verifier to ClusterRole %s in sandbox %s", SandboxRole, ns), err)
 	}
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: SandboxNetworkPolicy, Namespace: ns, Labels: labels},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-		},
-	}
-	// The binding just created takes effect when the API server's RBAC informers see it: a
-	// Forbidden in the first seconds is that delay, not a missing right.
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, bindingDelay, true, func(ctx context.Context) (bool, error) {
-		last = c.Client.Create(ctx, np.DeepCopy())
-		switch {
-		case last == nil || apierrors.IsAlreadyExists(last):
-			last = nil
-			return true, nil
-		case apierrors.IsForbidden(last):
-			return false, nil
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: SandboxNetworkPolicy, Namespace: ns, Labels: labels}, Spec: denyAll()}
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: SandboxQuota, Namespace: ns, Labels: labels}, Spec: noPods()}
+	for _, o := range []struct {
+		obj  client.Object
+		what string
+	}{
+		{np, "the deny-all NetworkPolicy " + SandboxNetworkPolicy},
+		{q, "the ResourceQuota of zero pods " + SandboxQuota},
+	} {
+		// The binding just created takes effect when the API server's RBAC informers see it: a
+		// Forbidden in the first seconds is that delay, not a missing right.
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, bindingDelay, true, func(ctx context.Context) (bool, error) {
+			last = c.Client.Create(ctx, o.obj.DeepCopyObject().(client.Object))
+			switch {
+			case last == nil || apierrors.IsAlreadyExists(last):
+				last = nil
+				return true, nil
+			case apierrors.IsForbidden(last):
+				return false, nil
+			}
+			return false, last
+		})
+		if last == nil && err != nil {
+			last = err
 		}
-		return false, last
-	})
-	if last == nil && err != nil {
-		last = err
-	}
-	if last != nil {
-		return APIError(fmt.Sprintf("creating the deny-all NetworkPolicy %s in sandbox %s", SandboxNetworkPolicy, ns), last)
+		if last != nil {
+			return APIError(fmt.Sprintf("creating %s in sandbox %s", o.what, ns), last)
+		}
 	}
 	return nil
+}
+
+// denyAll is the spec of a sandbox's NetworkPolicy: every pod, no ingress, no egress.
+func denyAll() networkingv1.NetworkPolicySpec {
+	return networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+	}
+}
+
+// noPods is the spec of a sandbox's ResourceQuota: zero pods.
+func noPods() corev1.ResourceQuotaSpec {
+	return corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+}
+
+// CheckSandboxes re-reads each sandbox before the diff reads it: its ResourceQuota of zero pods
+// and its deny-all NetworkPolicy present and unchanged, no Role, no RoleBinding but the verifier's
+// own (unchanged), no ServiceAccount but the namespace's automatic "default", no NetworkPolicy but
+// its own, and no Pod. Each departure is a critical sandbox-tampered finding: the sandbox was not
+// confined while the backup was restored and compared, so the diff would say nothing reliable.
+// An error is trouble reading the sandbox (retried).
+func (c *Checker) CheckSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, sandboxes []string) ([]securityv1.Finding, error) {
+	var out []securityv1.Finding
+	for _, ns := range sandboxes {
+		bad := func(object, format string, args ...any) {
+			out = append(out, securityv1.Finding{Code: securityv1.CodeSandboxTampered, Severity: securityv1.SeverityCritical, Object: object,
+				Message: fmt.Sprintf("sandbox %s: ", ns) + fmt.Sprintf(format, args...) + "; the sandbox was not confined, so it is not compared with the backup"})
+		}
+		get := func(obj client.Object, name string) (bool, error) {
+			err := c.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+			switch {
+			case apierrors.IsNotFound(err):
+				return false, nil
+			case err != nil:
+				return false, APIError(fmt.Sprintf("reading %T %s in sandbox %s", obj, name, ns), err)
+			}
+			return obj.GetDeletionTimestamp().IsZero(), nil
+		}
+		q := &corev1.ResourceQuota{}
+		ok, err := get(q, SandboxQuota)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			bad("core/ResourceQuota "+ns+"/"+SandboxQuota, "its ResourceQuota of zero pods %s is gone", SandboxQuota)
+		case !apiequality.Semantic.DeepEqual(q.Spec, noPods()):
+			bad("core/ResourceQuota "+ns+"/"+SandboxQuota, "its ResourceQuota %s was changed (hard: %v)", SandboxQuota, q.Spec.Hard)
+		}
+		np := &networkingv1.NetworkPolicy{}
+		ok, err = get(np, SandboxNetworkPolicy)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok:
+			bad("networking.k8s.io/NetworkPolicy "+ns+"/"+SandboxNetworkPolicy, "its deny-all NetworkPolicy %s is gone", SandboxNetworkPolicy)
+		case !apiequality.Semantic.DeepEqual(np.Spec, denyAll()):
+			bad("networking.k8s.io/NetworkPolicy "+ns+"/"+SandboxNetworkPolicy, "its deny-all NetworkPolicy %s was changed", SandboxNetworkPolicy)
+		}
+		lists := []struct {
+			list    client.ObjectList
+			kind    string
+			allowed func(client.Object) bool
+		}{
+			{&rbacv1.RoleBindingList{}, "rbac.authorization.k8s.io/RoleBinding", func(o client.Object) bool {
+				rb := o.(*rbacv1.RoleBinding)
+				return rb.Name == SandboxRole && rb.RoleRef == (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: SandboxRole}) &&
+					len(rb.Subjects) == 1 && rb.Subjects[0] == rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: c.ServiceAccount.Namespace, Name: c.ServiceAccount.Name}
+			}},
+			{&rbacv1.RoleList{}, "rbac.authorization.k8s.io/Role", nil},
+			{&corev1.ServiceAccountList{}, "core/ServiceAccount", func(o client.Object) bool { return o.GetName() == "default" }},
+			{&networkingv1.NetworkPolicyList{}, "networking.k8s.io/NetworkPolicy", func(o client.Object) bool { return o.GetName() == SandboxNetworkPolicy }},
+			{&corev1.PodList{}, "core/Pod", nil},
+		}
+		for _, l := range lists {
+			if err := c.Reader.List(ctx, l.list, client.InNamespace(ns)); err != nil {
+				return nil, APIError(fmt.Sprintf("listing %s in sandbox %s", l.kind, ns), err)
+			}
+			items, err := meta.ExtractList(l.list)
+			if err != nil {
+				return nil, err
+			}
+			for _, item := range items {
+				o := item.(client.Object)
+				if l.allowed != nil && l.allowed(o) {
+					continue
+				}
+				object := l.kind + " " + ns + "/" + o.GetName()
+				if l.allowed != nil && (o.GetName() == SandboxRole || o.GetName() == SandboxNetworkPolicy) {
+					bad(object, "the verifier's own %s %s was changed", l.kind, o.GetName())
+					continue
+				}
+				bad(object, "it holds %s %s, which no sandbox may hold", l.kind, o.GetName())
+			}
+		}
+	}
+	return out, nil
 }
 
 // bindingDelay bounds how long a new RoleBinding may take to be enforced.

@@ -66,8 +66,9 @@ func TestShippedModifiersMakeEveryWorkloadInert(t *testing.T) {
 		assert.NotContains(t, got, r, "%s is left out of the restore, not patched", gk)
 	}
 	assert.Equal(t, []string{"backupjobs.backups.cozystack.io", "backups.backups.cozystack.io", "backupverifyresults.security.ugallu.io", "backupverifyruns.security.ugallu.io",
-		"daemonsets.apps", "plans.backups.cozystack.io", "pods", "restorejobs.backups.cozystack.io"}, excludedResources(),
-		"a sandbox runs nothing: no bare Pod, no DaemonSet, and no run record, Plan or verification run restored to run again")
+		"daemonsets.apps", "networkpolicies.networking.k8s.io", "plans.backups.cozystack.io", "pods", "restorejobs.backups.cozystack.io",
+		"rolebindings.rbac.authorization.k8s.io", "roles.rbac.authorization.k8s.io", "serviceaccounts"}, excludedResources(),
+		"a sandbox runs nothing and is open to nobody: no bare Pod, no DaemonSet, no run record, Plan or verification run restored to run again, no RBAC, ServiceAccount or NetworkPolicy")
 }
 
 func TestInert(t *testing.T) {

@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -287,6 +289,11 @@ func (c *Checker) regeneratedByControllers(ctx context.Context, missing []missin
 	return left, nil
 }
 
+func atoiOr0(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
 // Keys of a full-restore Result's details.
 const (
 	// DetailLeftToControllers counts the objects missing from the sandbox by name whose
@@ -486,7 +493,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			msg += fmt.Sprintf(", %s of them identical in content to the backup", n)
 		}
 		if n := out.Details[DetailObjectsExcluded]; n != "" {
-			msg += fmt.Sprintf(" (%s left out on purpose: Pods, DaemonSets and what they own)", n)
+			msg += fmt.Sprintf(" (%s left out on purpose: Pods, DaemonSets and what they own, RBAC, ServiceAccounts and NetworkPolicies)", n)
 		}
 		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name, msg)
 	}
@@ -540,8 +547,8 @@ type sandboxRestore struct {
 // (content-mismatch, content.go); the counts go to out's details. A sandbox that is not inert
 // although sr.inert is trouble that ends the run.
 func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, sr *sandboxRestore, out *Outcome) error {
-	if c.BeforeDiff != nil {
-		c.BeforeDiff(ctx, sr.mapping)
+	if confined, err := c.RecheckSandboxes(ctx, run, sr.mapping, out); err != nil || !confined {
+		return err
 	}
 	// The backup's tarball is indexed while the sandbox is read (content.go).
 	want := map[objectKey]bool{}
@@ -614,6 +621,20 @@ func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVe
 	if err := content.finish(ctx, idx, out); err != nil {
 		return fmt.Errorf("locating the differences between the sandbox and the backup: %w", err)
 	}
+	if len(missing) > 0 && len(idx.saTokens) > 0 {
+		// Left out with their ServiceAccounts (contentIndex.saTokens).
+		left, tokens := missing[:0], 0
+		for _, m := range missing {
+			if idx.saTokens[objectKey{gk: m.gvk.GroupKind(), ns: m.source, name: m.name}] {
+				tokens++
+				continue
+			}
+			left = append(left, m)
+		}
+		missing = left
+		out.ObjectsExpected -= int32(tokens)
+		out.detail(DetailObjectsExcluded, atoiOr0(out.Details[DetailObjectsExcluded])+tokens)
+	}
 	if len(missing) > 0 {
 		versions := map[schema.GroupKind]string{}
 		for _, src := range sr.sources {
@@ -631,6 +652,23 @@ func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVe
 			fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", m.gvk.Kind, m.source, m.name))
 	}
 	return nil
+}
+
+// RecheckSandboxes is the last step before a diff reads the sandboxes of a finished restore
+// (source namespace → sandbox): the BeforeDiff hook, then CheckSandboxes. It reports whether every
+// sandbox is still confined; when one is not, its sandbox-tampered findings are in out and
+// nothing is compared.
+func (c *Checker) RecheckSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, mapping map[string]string, out *Outcome) (bool, error) {
+	if c.BeforeDiff != nil {
+		c.BeforeDiff(ctx, mapping)
+	}
+	names := slices.Sorted(maps.Values(mapping))
+	tampered, err := c.CheckSandboxes(ctx, run, names)
+	if err != nil {
+		return false, err
+	}
+	out.Findings = append(out.Findings, tampered...)
+	return len(tampered) == 0, nil
 }
 
 // CompareRestore diffs a sandbox that another restore of the Velero backup run.Spec.BackupRef
