@@ -120,13 +120,17 @@ func (d *Driver) CheckArtifact(ctx context.Context, b *backupsv1.Backup) (*metav
 		return nil, err
 	}
 	cond, inconclusive := checkResult(b, j, out)
-	if cond != nil && !shows(b, cond) {
+	// A check that found the artifact gone is one sighting: the kit records it as
+	// ArtifactAbsenceUnconfirmed, and a second check Job, a retry delay later, confirms it. This
+	// Job's own sighting names the Job's UID.
+	unconfirmed := cond != nil && cond.Status == metav1.ConditionFalse && absenceUnconfirmedBy(b, j)
+	if cond != nil && !shows(b, cond) && !unconfirmed {
 		// The kit records the condition first; that write brings the Backup back here, and the
 		// next look finishes the check. A crash in between loses nothing: the Job is still there.
 		return cond, nil
 	}
 	next := finishedAt(j, d.now()).Add(d.checkPeriod())
-	if inconclusive != "" {
+	if inconclusive != "" || unconfirmed {
 		next = finishedAt(j, d.now()).Add(d.retryDelay())
 	}
 	if err := d.recordNextCheck(ctx, b, next); err != nil {
@@ -187,15 +191,22 @@ func checkResult(b *backupsv1.Backup, j *batchv1.Job, out jobs.Outcome) (*metav1
 	cond := &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing}
 	switch {
 	case !report.Exists:
-		cond.Message = fmt.Sprintf("Check Job %s found no object at %s: the artifact was deleted or expired outside Coffer; this Backup cannot be restored", j.Name, a.URI)
+		cond.Message = fmt.Sprintf("Check Job %s (uid %s) found no object at %s: the artifact was deleted or expired outside Coffer; this Backup cannot be restored", j.Name, j.UID, a.URI)
 	case report.SizeBytes != a.SizeBytes:
-		cond.Message = fmt.Sprintf("Check Job %s found %s with %d bytes, not the %d bytes the backup stored: the object there is not this Backup's artifact (overwritten or truncated); this Backup cannot be restored",
-			j.Name, a.URI, report.SizeBytes, a.SizeBytes)
+		cond.Message = fmt.Sprintf("Check Job %s (uid %s) found %s with %d bytes, not the %d bytes the backup stored: the object there is not this Backup's artifact (overwritten or truncated); this Backup cannot be restored",
+			j.Name, j.UID, a.URI, report.SizeBytes, a.SizeBytes)
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, backupsv1.ReasonArtifactPresent
 		cond.Message = fmt.Sprintf("Check Job %s found the artifact %s (%d bytes)", j.Name, a.URI, a.SizeBytes)
 	}
 	return cond, ""
+}
+
+// absenceUnconfirmedBy reports whether the kit recorded the absence check Job j found, and has not
+// confirmed it yet.
+func absenceUnconfirmedBy(b *backupsv1.Backup, j *batchv1.Job) bool {
+	c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	return c != nil && c.Status == metav1.ConditionUnknown && c.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed && strings.Contains(c.Message, string(j.UID))
 }
 
 // shows reports whether the Backup already has the condition (status, reason and message).

@@ -354,6 +354,32 @@ func TestArtifactCheckResults(t *testing.T) {
 			f.clock.Step(time.Minute)
 			r := f.backupReconcilerOf(d)
 
+			if tc.status == metav1.ConditionFalse {
+				// One check is one sighting: ArtifactAvailable=Unknown, the Job read and deleted,
+				// and a second check due a retry delay after the first finished.
+				reconcileOnce(t, r, b)
+				b = get(t, b)
+				c := artifactCondition(b)
+				require.Equal(t, metav1.ConditionUnknown, c.Status)
+				require.Equal(t, backupsv1.ReasonArtifactAbsenceUnconfirmed, c.Reason)
+				for _, m := range append(tc.message, j.Name) {
+					require.Contains(t, c.Message, m)
+				}
+				require.Contains(t, strings.Join(drain(f.rec), "\n"), "Warning "+backupsv1.ReasonArtifactAbsenceUnconfirmed)
+				reconcileOnce(t, r, b)
+				b = get(t, b)
+				require.Equal(t, finishedAt(t, j).Add(driver.CheckRetryDelay), nextCheckOf(t, b), "a second check a retry delay after the first")
+				f.requireCheckJobGone(b)
+				require.Equal(t, metav1.ConditionUnknown, artifactCondition(b).Status, "one check confirms nothing")
+				require.True(t, b.WasGood(), "retention still counts on it")
+				// The second check finds the same: confirmed, below.
+				f.clock.Step(driver.CheckRetryDelay)
+				// No garbage collector here: the first Job's pod goes by hand.
+				require.NoError(t, cl.Delete(f.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name + "-x"}}))
+				j = f.finishedCheck(d, b, 0, tc.report, "")
+				f.clock.Step(time.Minute)
+			}
+
 			reconcileOnce(t, r, b)
 			b = get(t, b)
 			c := artifactCondition(b)
