@@ -55,6 +55,17 @@ type BackupClassSpec struct {
 	// tenant denied deleting Backups cannot destroy them through retention either.
 	// +optional
 	RetentionFloor *RetentionFloor `json:"retentionFloor,omitempty"`
+
+	// namespaceSelector restricts the class to the namespaces whose labels it selects: a Plan or
+	// BackupJob in any other namespace may not name it (refused at admission by the policy
+	// coffer-backupclass-namespaces, and a resolution failure BackupClassNotAllowed at run time).
+	// Unset selects every namespace; an empty selector ({}) selects every namespace too.
+	// matchExpressions use the operators In, NotIn, Exists and DoesNotExist.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchLabels) || size(self.matchLabels) <= 32",message="namespaceSelector.matchLabels: at most 32 entries"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || size(self.matchExpressions) <= 32",message="namespaceSelector.matchExpressions: at most 32 entries"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'] && ((e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0)))",message="namespaceSelector.matchExpressions: operator must be In, NotIn, Exists or DoesNotExist; In and NotIn need values, Exists and DoesNotExist take none"
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 
 // RetentionFloor bounds from below what a Plan's retention may prune. Unset fields add nothing.

@@ -81,6 +81,9 @@ const (
 
 	// ReasonBackupClassNotFound: spec.backupClassName names no BackupClass.
 	ReasonBackupClassNotFound = "BackupClassNotFound"
+	// ReasonBackupClassNotAllowed: the BackupClass's spec.namespaceSelector does not select the
+	// run's (or the Plan's) namespace.
+	ReasonBackupClassNotAllowed = "BackupClassNotAllowed"
 	// ReasonNoMatchingStrategy: the BackupClass has no strategy for the application's group and kind.
 	ReasonNoMatchingStrategy = "NoMatchingStrategy"
 	// ReasonStrategyNotFound: the strategy object the class points at does not exist.

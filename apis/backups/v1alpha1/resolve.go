@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 )
 
 // DefaultApplicationAPIGroup is the API group of an application reference that names none.
@@ -69,6 +71,40 @@ func (e *NoMatchingStrategyError) Error() string {
 		e.ClassName, e.Kind, e.APIGroup)
 }
 
+// ClassNotAllowedError says a BackupClass's namespaceSelector does not select a namespace.
+type ClassNotAllowedError struct {
+	ClassName string
+	Namespace string
+	// Invalid is set when the selector itself does not parse (it then selects nothing).
+	Invalid error
+}
+
+func (e *ClassNotAllowedError) Error() string {
+	if e.Invalid != nil {
+		return fmt.Sprintf("BackupClass %q may not be used in namespace %q: its spec.namespaceSelector is invalid (%v) and selects no namespace",
+			e.ClassName, e.Namespace, e.Invalid)
+	}
+	return fmt.Sprintf("BackupClass %q may not be used in namespace %q: its spec.namespaceSelector does not select the namespace's labels",
+		e.ClassName, e.Namespace)
+}
+
+// AllowsNamespace returns nil when the class may be used in the namespace namespace with the
+// given labels, and a *ClassNotAllowedError otherwise. A class without a namespaceSelector allows
+// every namespace; a selector that does not parse allows none (fail closed).
+func (c *BackupClass) AllowsNamespace(namespace string, labels map[string]string) error {
+	if c.Spec.NamespaceSelector == nil {
+		return nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(c.Spec.NamespaceSelector)
+	if err != nil {
+		return &ClassNotAllowedError{ClassName: c.Name, Namespace: namespace, Invalid: err}
+	}
+	if !sel.Matches(k8slabels.Set(labels)) {
+		return &ClassNotAllowedError{ClassName: c.Name, Namespace: namespace}
+	}
+	return nil
+}
+
 // ResolveStrategy picks the first strategy of class whose application selector matches app.
 // A nil class yields a *ClassNotFoundError named after className.
 func ResolveStrategy(className string, class *BackupClass, app corev1.TypedLocalObjectReference) (*ResolvedStrategy, error) {
@@ -88,14 +124,17 @@ func ResolveStrategy(className string, class *BackupClass, app corev1.TypedLocal
 	return nil, &NoMatchingStrategyError{ClassName: class.Name, APIGroup: ApplicationAPIGroup(app), Kind: app.Kind}
 }
 
-// ResolutionReason maps an error of ResolveStrategy to the condition reason the contract uses,
+// ResolutionReason maps an error of ResolveStrategy or AllowsNamespace to the condition reason the contract uses,
 // or "" for other errors.
 func ResolutionReason(err error) string {
 	var notFound *ClassNotFoundError
 	var noMatch *NoMatchingStrategyError
+	var notAllowed *ClassNotAllowedError
 	switch {
 	case errors.As(err, &notFound):
 		return ReasonBackupClassNotFound
+	case errors.As(err, &notAllowed):
+		return ReasonBackupClassNotAllowed
 	case errors.As(err, &noMatch):
 		return ReasonNoMatchingStrategy
 	}

@@ -117,3 +117,40 @@ func TestStrategyIs(t *testing.T) {
 	ref.APIGroup = nil
 	assert.False(t, StrategyIs(ref, "velerodriver.backups.cozystack.io", "VeleroBackupStrategy"), "a strategy never defaults its group")
 }
+
+func TestAllowsNamespace(t *testing.T) {
+	class := func(sel *metav1.LabelSelector) *BackupClass {
+		return &BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "gold"}, Spec: BackupClassSpec{NamespaceSelector: sel}}
+	}
+	tier := map[string]string{"tier": "gold", "team": "a"}
+	tests := []struct {
+		name    string
+		sel     *metav1.LabelSelector
+		labels  map[string]string
+		allowed bool
+	}{
+		{"no selector allows every namespace", nil, nil, true},
+		{"empty selector allows every namespace", &metav1.LabelSelector{}, nil, true},
+		{"matchLabels matches", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}, tier, true},
+		{"matchLabels other value", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "silver"}}, tier, false},
+		{"matchLabels on a namespace without labels", &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}, nil, false},
+		{"In", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"silver", "gold"}}}}, tier, true},
+		{"NotIn", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"gold"}}}}, tier, false},
+		{"NotIn with the key absent", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "zone", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"x"}}}}, tier, true},
+		{"Exists", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: metav1.LabelSelectorOpExists}}}, tier, true},
+		{"DoesNotExist", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: metav1.LabelSelectorOpDoesNotExist}}}, tier, false},
+		{"an invalid selector allows nothing", &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Gt"}}}, tier, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := class(tt.sel).AllowsNamespace("ns", tt.labels)
+			if tt.allowed {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Equal(t, ReasonBackupClassNotAllowed, ResolutionReason(err))
+			assert.Contains(t, err.Error(), `BackupClass "gold" may not be used in namespace "ns"`)
+		})
+	}
+}
