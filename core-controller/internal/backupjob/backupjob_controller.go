@@ -1,6 +1,6 @@
 // Package backupjob watches BackupJobs on behalf of core. It fails a BackupJob that no driver
 // claims within the claim timeout (phase Failed; Accepted=False and Ready=False with the reason:
-// BackupClassNotFound, NoMatchingStrategy, or NoDriverClaimed naming the strategy kind its
+// BackupClassNotFound, BackupClassNotAllowed, NoMatchingStrategy, or NoDriverClaimed naming the strategy kind its
 // BackupClass resolves to), so that an unclaimed run never blocks its Plan for good; and it records
 // the duration of finished runs. The failure itself is claim.Reconcile's, shared with RestoreJobs:
 // it never writes a run that a driver has claimed.
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +27,8 @@ import (
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status,verbs=patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
+// A class with a namespaceSelector: the run's namespace is read uncached for its labels.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // DefaultClaimTimeout is how long a BackupJob may wait for a driver before core fails it.
 const DefaultClaimTimeout = claim.DefaultTimeout
@@ -34,6 +37,8 @@ const DefaultClaimTimeout = claim.DefaultTimeout
 // Started are observed, so a restart does not observe old runs twice.
 type Reconciler struct {
 	claim.Settings
+	// APIReader reads the run's namespace uncached, when its class has a namespaceSelector.
+	APIReader client.Reader
 
 	observed sync.Map // client.ObjectKey of each run already observed → struct{}
 }
@@ -68,6 +73,16 @@ func (r *Reconciler) unclaimed(ctx context.Context, timeout time.Duration, job *
 		class = nil
 	} else if err != nil {
 		return "", "", fmt.Errorf("reading BackupClass %q: %w", job.Spec.BackupClassName, err)
+	}
+	if class != nil && class.Spec.NamespaceSelector != nil {
+		ns := &corev1.Namespace{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: job.Namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
+			return "", "", fmt.Errorf("reading namespace %q for the namespaceSelector of BackupClass %q: %w", job.Namespace, class.Name, err)
+		}
+		if err := class.AllowsNamespace(job.Namespace, ns.Labels); err != nil {
+			return backupsv1.ReasonBackupClassNotAllowed, fmt.Sprintf("%s: %v; use a class allowed in this namespace, or ask an administrator to select it; %s",
+				prefix, err, retry), nil
+		}
 	}
 	resolved, err := backupsv1.ResolveStrategy(job.Spec.BackupClassName, class, job.Spec.ApplicationRef)
 	switch reason := backupsv1.ResolutionReason(err); {

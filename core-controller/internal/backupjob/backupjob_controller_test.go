@@ -51,7 +51,7 @@ func newHarness(t *testing.T) *harness {
 		h.logs.WriteString(prefix + " " + args + "\n")
 	}, funcr.Options{Verbosity: 1}))
 	h.clock = clocktesting.NewFakeClock(time.Now())
-	h.r = &Reconciler{Settings: claim.Settings{Client: env.Client, Clock: h.clock, Recorder: h.events, ClaimTimeout: 5 * time.Minute, Started: time.Now().Add(-time.Hour)}}
+	h.r = &Reconciler{Settings: claim.Settings{Client: env.Client, Clock: h.clock, Recorder: h.events, ClaimTimeout: 5 * time.Minute, Started: time.Now().Add(-time.Hour)}, APIReader: env.Client}
 	return h
 }
 
@@ -97,6 +97,12 @@ func TestUnclaimedBackupJobFails(t *testing.T) {
 		Application: backupsv1.ApplicationSelector{Kind: "Postgres"},
 		StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("jobdriver.backups.cozystack.io"), Kind: "JobBackupStrategy", Name: "pg"},
 	})
+	goldOnly := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "gold-only"}, Spec: backupsv1.BackupClassSpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"backups.example.com/tier": "gold"}},
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "VirtualMachine"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr("velerodriver.backups.cozystack.io"), Kind: "VeleroBackupStrategy", Name: "vm"}}}}}
+	require.NoError(t, env.Client.Create(context.Background(), goldOnly))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), goldOnly) })
 	tests := []struct {
 		class  string
 		plan   string // the job's planRef, if any
@@ -106,6 +112,7 @@ func TestUnclaimedBackupJobFails(t *testing.T) {
 		{"velero-vms", "", backupsv1.ReasonNoDriverClaimed, `: BackupClass "velero-vms" resolves to VeleroBackupStrategy "vm" (group velerodriver.backups.cozystack.io), and no driver of that strategy kind took it; install or start that driver, or point the class at a strategy whose driver runs; then create a new BackupJob (this one's spec cannot change)`},
 		{"databases-only", "", backupsv1.ReasonNoMatchingStrategy, `: BackupClass "databases-only" has no strategy for applications of kind "VirtualMachine" in group "apps.cozystack.io"; add a strategy for this application to the class, or use another class; then create a new BackupJob (this one's spec cannot change)`},
 		{"missing", "", backupsv1.ReasonBackupClassNotFound, `: BackupClass "missing" not found; create it or use another class; then create a new BackupJob (this one's spec cannot change)`},
+		{"gold-only", "", backupsv1.ReasonBackupClassNotAllowed, `: BackupClass "gold-only" may not be used in namespace "NS": its spec.namespaceSelector does not select the namespace's labels; use a class allowed in this namespace, or ask an administrator to select it; then create a new BackupJob (this one's spec cannot change)`},
 		{"missing", "nightly", backupsv1.ReasonBackupClassNotFound, `: BackupClass "missing" not found; create it or set spec.backupClassName of Plan nightly to an existing class; Plan nightly creates a new BackupJob at its next tick`},
 	}
 	for _, tt := range tests {
@@ -130,7 +137,7 @@ func TestUnclaimedBackupJobFails(t *testing.T) {
 			assert.Equal(t, backupsv1.BackupJobFailed, j.Status.Phase, "failed, so that it blocks nothing")
 			require.NotNil(t, j.Status.CompletedAt)
 			assert.Nil(t, j.Status.StartedAt, "it never started")
-			assert.Equal(t, "No driver claimed this BackupJob within 5m0s"+tt.msg, j.Status.Message)
+			assert.Equal(t, "No driver claimed this BackupJob within 5m0s"+strings.ReplaceAll(tt.msg, `"NS"`, `"`+h.ns+`"`), j.Status.Message)
 			assert.Equal(t, j.Generation, j.Status.ObservedGeneration)
 			for _, typ := range []string{backupsv1.ConditionAccepted, backupsv1.ConditionReady} {
 				c := meta.FindStatusCondition(j.Status.Conditions, typ)

@@ -65,7 +65,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(ctx, mgr, o.PlanWorkers); err != nil {
 		return fmt.Errorf("setting up the Plan controller: %w", err)
 	}
-	if err := (&backupjob.Reconciler{Settings: settings}).SetupWithManager(mgr); err != nil {
+	if err := (&backupjob.Reconciler{Settings: settings, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BackupJob controller: %w", err)
 	}
 	if err := (&restorejob.Reconciler{Settings: settings}).SetupWithManager(mgr); err != nil {

@@ -100,6 +100,46 @@ func TestReadyShowsTheClass(t *testing.T) {
 	assert.Zero(t, h.plan.Status.SkippedTicks, "no tick was lost to the changes of Ready")
 }
 
+// TestReadyShowsClassNotAllowed: a Plan whose class's namespaceSelector does not select the Plan's
+// namespace is Ready=False BackupClassNotAllowed and fires no tick (its BackupJobs would be refused
+// at admission); once the namespace carries the label, the Plan schedules again and the next tick
+// fires.
+func TestReadyShowsClassNotAllowed(t *testing.T) {
+	class := className(t)
+	c := vmClass(class)
+	c.Spec.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "backups.example.com/tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"gold"}}}}
+	require.NoError(t, env.Client.Create(context.Background(), c))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), c) })
+	h := newHarness(t, func(p *backupsv1.Plan) { p.Spec.BackupClassName = class })
+
+	h.reconcile()
+	ready := h.ready()
+	assert.Equal(t, metav1.ConditionFalse, ready.Status)
+	assert.Equal(t, backupsv1.ReasonBackupClassNotAllowed, ready.Reason)
+	assert.Contains(t, ready.Message, `BackupClass "`+class+`" may not be used in namespace "`+h.ns+`": its spec.namespaceSelector does not select the namespace's labels`)
+	assert.Nil(t, h.plan.Status.NextScheduleTime, "no tick is scheduled")
+	assert.Equal(t, []string{"Warning BackupClassNotAllowed " + ready.Message}, h.drainEvents())
+
+	h.clock.SetTime(h.hour(1).Add(time.Second))
+	h.reconcile()
+	assert.Empty(t, h.jobs(), "no BackupJob for a class that refuses the namespace")
+
+	ns := &corev1.Namespace{}
+	require.NoError(t, env.Client.Get(h.ctx, client.ObjectKey{Name: h.ns}, ns))
+	ns.Labels = map[string]string{"backups.example.com/tier": "gold"}
+	require.NoError(t, env.Client.Update(h.ctx, ns))
+	h.clock.Step(time.Minute)
+	h.reconcile()
+	assert.Equal(t, metav1.ConditionTrue, h.ready().Status)
+	assert.Equal(t, backupsv1.ReasonScheduling, h.ready().Reason)
+	assert.Empty(t, h.jobs(), "ticks passed while the class refused the namespace never fire")
+
+	h.clock.SetTime(h.hour(2).Add(time.Second))
+	h.reconcile()
+	assert.Len(t, h.jobs(), 1, "the next tick fires")
+}
+
 // TestSuspendedPlanWithoutClassResumesWithoutBurst: resuming a suspended Plan whose class is
 // missing fires none of the ticks that passed while it was suspended, as for any Plan.
 func TestSuspendedPlanWithoutClassResumesWithoutBurst(t *testing.T) {

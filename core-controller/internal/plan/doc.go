@@ -17,4 +17,7 @@ package plan
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=get;list;watch;delete
 // A Plan's Ready condition says whether its BackupClass resolves for its application.
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
+// A class with a namespaceSelector allows only the namespaces it selects: the Plan's namespace is
+// read uncached (APIReader.Get) for its labels.
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -61,8 +61,9 @@ type scope struct {
 	sched    *schedule.Schedule
 	schedErr error
 	// classReason and classMsg say why the Plan's BackupClass does not resolve to a strategy for
-	// its application (BackupClassNotFound, NoMatchingStrategy); empty when it does. classErr is
-	// set instead when the class could not be read: Ready is then left as it was.
+	// its application (BackupClassNotFound, BackupClassNotAllowed, NoMatchingStrategy); empty when
+	// it does. classErr is set instead when the class (or, for a class with a namespaceSelector,
+	// the Plan's namespace) could not be read: Ready is then left as it was.
 	classReason, classMsg string
 	classErr              error
 	// deferStatus skips this reconcile's status write: a tick's BackupJob could not be created (the
@@ -453,7 +454,18 @@ func (r *Reconciler) resolveClass(ctx context.Context, s *scope) error {
 		s.classErr = fmt.Errorf("reading BackupClass %q: %w", name, err)
 		return nil
 	}
-	_, err := backupsv1.ResolveStrategy(name, class, s.plan.Spec.ApplicationRef)
+	var err error
+	if class != nil && class.Spec.NamespaceSelector != nil {
+		labels, rerr := r.namespaceLabels(ctx, s.plan.Namespace)
+		if rerr != nil {
+			s.classErr = rerr
+			return nil
+		}
+		err = class.AllowsNamespace(s.plan.Namespace, labels)
+	}
+	if err == nil {
+		_, err = backupsv1.ResolveStrategy(name, class, s.plan.Spec.ApplicationRef)
+	}
 	const until = "until then each tick's BackupJob waits for a driver in vain and fails unclaimed"
 	switch s.classReason = backupsv1.ResolutionReason(err); s.classReason {
 	case "":
@@ -463,11 +475,26 @@ func (r *Reconciler) resolveClass(ctx context.Context, s *scope) error {
 		s.classMsg = ""
 	case backupsv1.ReasonBackupClassNotFound:
 		s.classMsg = fmt.Sprintf("%v: create it, or set spec.backupClassName to an existing class; %s", err, until)
+	case backupsv1.ReasonBackupClassNotAllowed:
+		s.classMsg = fmt.Sprintf("%v: set spec.backupClassName to a class allowed here, or ask an administrator to select this namespace; no tick fires until then",
+			err)
 	default:
 		s.classMsg = fmt.Sprintf("%v: add a strategy for %s to the class, or set spec.backupClassName to a class that has one; %s",
 			err, s.plan.Spec.ApplicationRef.Kind, until)
 	}
 	return nil
+}
+
+// namespaceLabels reads the labels of namespace ns uncached (once per reconcile of a Plan whose
+// class has a namespaceSelector; core watches no namespaces). A namespace that is gone has none.
+func (r *Reconciler) namespaceLabels(ctx context.Context, ns string) (map[string]string, error) {
+	n := &corev1.Namespace{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: ns}, n); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading namespace %q for the namespaceSelector of its BackupClass: %w", ns, err)
+	}
+	return n.Labels, nil
 }
 
 // retryClassRead fails the reconcile, once the schedule phase is done, when the class could not be
@@ -524,6 +551,14 @@ func (r *Reconciler) schedule(ctx context.Context, s *scope) error {
 				s.log.Info("Plan's BackupClass does not resolve", "plan", klog.KObj(plan), "reason", reason, "message", msg)
 				r.Recorder.Eventf(plan, nil, corev1.EventTypeWarning, reason, "Resolve", "%s", msg)
 			})
+		}
+		if reason == backupsv1.ReasonBackupClassNotAllowed {
+			// The class refuses this namespace: a tick's BackupJob would be refused at admission
+			// (coffer-backupclass-namespaces) or fail at run time, so none fires. Nothing watches
+			// namespaces: look again at the next tick (or when the Plan or the class changes).
+			plan.Status.NextScheduleTime = nil
+			s.result = reconcile.Result{RequeueAfter: sched.DueAt(anchor, s.now).Next.Sub(s.now)}
+			return nil
 		}
 	default:
 		msg = fmt.Sprintf("The Plan is scheduling; BackupClass %q resolves to a strategy for its application", plan.Spec.BackupClassName)
