@@ -27,6 +27,11 @@ import (
 	"github.com/coffer-backup/coffer/driverkit"
 )
 
+// CatalogCredentialsSecret is the credentials Secret the driver's shipped Role lets it read (get,
+// resourceNames) in its own namespace: the one a catalog's credentialsSecretName should name. An
+// admin who names another adds it to the Role (docs/disaster-recovery.md).
+const CatalogCredentialsSecret = "catalog-readonly"
+
 // Catalog keeps the catalogs of JobBackupStrategies with spec.catalog (contract BK-12): every
 // interval it lists the bucket, reads the records it has not read yet (by ETag), and hands them to
 // driverkit's Catalog, which imports the Backups of other clusters.
@@ -82,6 +87,11 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 	if err := c.Live.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: src.CredentialsSecretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf("the credentials Secret %s/%s does not exist", c.Namespace, src.CredentialsSecretName)
+		}
+		if apierrors.IsForbidden(err) {
+			return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf(
+				"the driver may not read the credentials Secret %s/%s: its Role coffer-driver-job grants get on the Secret %s only; name that Secret, or add %s to the Role's resourceNames",
+				c.Namespace, src.CredentialsSecretName, CatalogCredentialsSecret, src.CredentialsSecretName)
 		}
 		return driverkit.CatalogResult{}, "", fmt.Errorf("reading the credentials Secret %s/%s: %w", c.Namespace, src.CredentialsSecretName, err)
 	}
@@ -204,13 +214,14 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 		switch {
 		case kr.err != nil:
 			skipped[loc] = kr.err.Error()
-		case kr.record.Artifact.URI != agent.ArtifactURI(src.Bucket, artifactKey):
+		case !beside(kr.record.Artifact.URI, src.Bucket, artifactKey):
 			skipped[loc] = fmt.Sprintf("the record names the artifact %s, not the object beside it (%s)", kr.record.Artifact.URI, agent.ArtifactURI(src.Bucket, artifactKey))
-		case !strings.HasPrefix(strings.TrimPrefix(k, src.Prefix), kr.record.Namespace+"/"):
-			// Only a record stored below its own namespace (coffer-agent's default prefix) is
-			// imported: whoever may write below one namespace's prefix cannot plant Backups in
-			// another's.
-			skipped[loc] = fmt.Sprintf("the record says namespace %s, but its key is not below %s%s/", kr.record.Namespace, src.Prefix, kr.record.Namespace)
+		case jobapi.FirstSegment(k) != kr.record.Namespace:
+			// A record maps to the namespace of the first segment of its key under the bucket,
+			// whatever the catalog's prefix: whoever may write below one namespace's segment
+			// cannot plant Backups in another's, nor take the name of another's genuine record.
+			skipped[loc] = fmt.Sprintf("the record says namespace %s, but its key is below %s/, not %s/: a record is imported only from below its own namespace (s3://%s/<namespace>/...)",
+				kr.record.Namespace, jobapi.FirstSegment(k), kr.record.Namespace, src.Bucket)
 		case !withArtifact[k]:
 			skipped[loc] = "its artifact " + agent.ArtifactURI(src.Bucket, artifactKey) + " is gone (a cleanup left the record)"
 		default:
@@ -218,6 +229,13 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 		}
 	}
 	return entries, skipped, failed, nil
+}
+
+// beside reports whether a record's artifact URI names the object key in bucket, read by the one
+// strict parser of artifact URIs.
+func beside(uri, bucket, key string) bool {
+	b, k, err := jobapi.ParseS3URI(uri)
+	return err == nil && b == bucket && k == key
 }
 
 // readRecord reads and parses one record. A record that is not valid is remembered as such (at

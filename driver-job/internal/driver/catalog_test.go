@@ -124,33 +124,32 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, driverNS))
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
 		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
-	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket, Prefix: "cluster-a/",
+	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket,
 		CredentialsSecretName: "catalog-creds", NamespaceMapping: map[string]backupsv1.NamespaceName{"tenant-in-a": backupsv1.NamespaceName(f.ns)}, IntervalSeconds: ptr.To[int32](60),
 		Parameters: map[string]string{"bucket": "as-b-sees-it"}}
 	require.NoError(t, cl.Update(ctx, f.strategy))
 
 	ks := &corev1.Namespace{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: "kube-system"}, ks))
-	mapped := foreignRecord("tenant-in-a", "nightly-01", bucket, "cluster-a/tenant-in-a/web/nightly-01.tar")
-	same := foreignRecord(f.ns, "nightly-02", bucket, "cluster-a/"+f.ns+"/web/nightly-02.tar")
-	own := foreignRecord(f.ns, "nightly-03", bucket, "cluster-a/"+f.ns+"/web/nightly-03.tar")
+	mapped := foreignRecord("tenant-in-a", "nightly-01", bucket, "tenant-in-a/web/nightly-01.tar")
+	same := foreignRecord(f.ns, "nightly-02", bucket, f.ns+"/web/nightly-02.tar")
+	own := foreignRecord(f.ns, "nightly-03", bucket, f.ns+"/web/nightly-03.tar")
 	own.SourceCluster.ID = string(ks.UID)
-	orphan := foreignRecord(f.ns, "nightly-04", bucket, "cluster-a/"+f.ns+"/web/nightly-04.tar")
-	elsewhere := foreignRecord(f.ns, "nightly-05", bucket, "cluster-a/"+f.ns+"/web/nightly-05.tar")
-	noNamespace := foreignRecord("gone-in-b", "nightly-06", bucket, "cluster-a/gone-in-b/web/nightly-06.tar")
-	taken := foreignRecord(f.ns, "nightly-07", bucket, "cluster-a/"+f.ns+"/web/nightly-07.tar")
+	orphan := foreignRecord(f.ns, "nightly-04", bucket, f.ns+"/web/nightly-04.tar")
+	elsewhere := foreignRecord(f.ns, "nightly-05", bucket, f.ns+"/web/nightly-05.tar")
+	noNamespace := foreignRecord("gone-in-b", "nightly-06", bucket, "gone-in-b/web/nightly-06.tar")
+	taken := foreignRecord(f.ns, "nightly-07", bucket, f.ns+"/web/nightly-07.tar")
 	for _, r := range []*backupsv1.ArtifactRecord{mapped, same, own, noNamespace, taken} {
 		putRecord(t, bucket, r, true)
 	}
 	putRecord(t, bucket, orphan, false)
 	elsewhere.Artifact.URI = "s3://another-bucket/x.tar"
-	putRecordAt(t, bucket, "cluster-a/"+f.ns+"/web/nightly-05.tar", elsewhere, true)
-	put(t, bucket, "cluster-a/"+f.ns+"/web/garbage.tar"+jobapi.RecordSuffix, []byte(`{"apiVersion":"v1","kind":"Secret"}`))
+	putRecordAt(t, bucket, f.ns+"/web/nightly-05.tar", elsewhere, true)
+	put(t, bucket, f.ns+"/web/garbage.tar"+jobapi.RecordSuffix, []byte(`{"apiVersion":"v1","kind":"Secret"}`))
 	// A record planted below another namespace's prefix, claiming f.ns: whoever wrote it could
 	// write below tenant-in-a only.
-	planted := foreignRecord(f.ns, "nightly-08", bucket, "cluster-a/tenant-in-a/web/nightly-08.tar")
+	planted := foreignRecord(f.ns, "nightly-08", bucket, "tenant-in-a/web/nightly-08.tar")
 	putRecord(t, bucket, planted, true)
-	put(t, bucket, "outside-the-prefix.tar"+jobapi.RecordSuffix, []byte(`not even JSON`))
 	existing := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly-07", Namespace: f.ns},
 		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web"},
 			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: f.strategy.Name}, TakenAt: metav1.Now()}}
@@ -214,11 +213,11 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.NotNil(t, st)
 	require.Positive(t, createdBeforeCrash)
 	require.Equal(t, backupsv1.CatalogStatus{LastSyncTime: st.LastSyncTime, Records: 9, Imported: 2, Created: 2 - createdBeforeCrash, Own: 1, Skipped: 6}, *st,
-		"9 records under the prefix; the sync that crashed created some Backups, this one the rest, and no Backup twice")
+		"9 records; the sync that crashed created some Backups, this one the rest, and no Backup twice")
 	synced := meta.FindStatusCondition(strat.Status.Conditions, backupsv1.ConditionCatalogSynced)
 	require.NotNil(t, synced)
 	require.Equal(t, metav1.ConditionTrue, synced.Status)
-	for _, why := range []string{"is gone", "not the object beside it", "gone-in-b does not exist", "was not imported from this record", "not backups.cozystack.io/v1alpha1 ArtifactRecord", "its key is not below cluster-a/" + f.ns + "/"} {
+	for _, why := range []string{"is gone", "not the object beside it", "gone-in-b does not exist", "was not imported from this record", "not backups.cozystack.io/v1alpha1 ArtifactRecord", "its key is below tenant-in-a/, not " + f.ns + "/"} {
 		require.Contains(t, synced.Message, why)
 	}
 
@@ -262,7 +261,7 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.False(t, b.ReadOnly())
 
 	// The source deleted nightly-01: its artifact, then its record. The imported Backup goes.
-	for _, k := range []string{"cluster-a/tenant-in-a/web/nightly-01.tar", "cluster-a/tenant-in-a/web/nightly-01.tar" + jobapi.RecordSuffix} {
+	for _, k := range []string{"tenant-in-a/web/nightly-01.tar", "tenant-in-a/web/nightly-01.tar" + jobapi.RecordSuffix} {
 		require.NoError(t, stack.S3.RemoveObject(ctx, bucket, k, minio.RemoveObjectOptions{}))
 	}
 	_, err = cat.Reconcile(ctx, req)
@@ -282,4 +281,63 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	require.Equal(t, backupsv1.ReasonCatalogCredentials, synced.Reason)
 	require.Contains(t, synced.Message, "catalog-creds")
 	require.Len(t, imported(), 1)
+}
+
+// TestCatalogMapsARecordByTheFirstSegmentOfItsKey: two tenants' catalogs share a bucket, each with
+// the prefix of its own namespace, as docs/disaster-recovery.md recommends. Whoever may write below
+// tenant A's prefix plants, at A/B/..., a record claiming a Backup of tenant B under the name of
+// B's genuine record. A's catalog imports nothing into B and says why in its status; B's catalog
+// imports B's genuine record under that name.
+func TestCatalogMapsARecordByTheFirstSegmentOfItsKey(t *testing.T) {
+	ctx := context.Background()
+	fa := newFixture(t, nil) // tenant A: its namespace, strategy and class
+	fb := newFixture(t, nil) // tenant B
+	nsA, nsB := fa.ns, fb.ns
+	stack := s3(t)
+	bucket := strings.ToLower(nsA)
+	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+	driverNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-system-"}}
+	require.NoError(t, cl.Create(ctx, driverNS))
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
+		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
+	for _, f := range []*fixture{fa, fb} {
+		f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket, Prefix: f.ns + "/",
+			CredentialsSecretName: "catalog-creds", Parameters: map[string]string{"bucket": bucket}}
+		require.NoError(t, cl.Update(ctx, f.strategy))
+	}
+
+	ownA := foreignRecord(nsA, "nightly-01", bucket, nsA+"/web/nightly-01.tar")
+	planted := foreignRecord(nsB, "nightly-02", bucket, nsA+"/"+nsB+"/web/nightly-02.tar")
+	planted.Artifact.SizeBytes = 666
+	genuine := foreignRecord(nsB, "nightly-02", bucket, nsB+"/web/nightly-02.tar")
+	for _, r := range []*backupsv1.ArtifactRecord{ownA, planted, genuine} {
+		putRecord(t, bucket, r, true)
+	}
+
+	kit := driver.New(&driver.Driver{Client: cl, Live: cl, Scheme: sch, Recorder: fa.rec}, fa.clock)
+	cat := &driver.Catalog{Client: cl, Live: cl, Recorder: fa.rec, Clock: fa.clock, Namespace: driverNS.Name, Kit: kit}
+	sync := func(f *fixture) *jobapi.JobBackupStrategy {
+		req := reconcile.Request{NamespacedName: client.ObjectKey{Name: f.strategy.Name}}
+		_, err := cat.Reconcile(ctx, req)
+		require.NoError(t, err)
+		strat := &jobapi.JobBackupStrategy{}
+		require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
+		return strat
+	}
+	// A's catalog first: the planted record would take the name before B's genuine one.
+	stratA := sync(fa)
+	require.Equal(t, backupsv1.CatalogStatus{LastSyncTime: stratA.Status.Catalog.LastSyncTime, Records: 2, Imported: 1, Created: 1, Skipped: 1}, *stratA.Status.Catalog,
+		"A's own record imported; the planted one skipped")
+	synced := meta.FindStatusCondition(stratA.Status.Conditions, backupsv1.ConditionCatalogSynced)
+	require.Contains(t, synced.Message, "the record says namespace "+nsB+", but its key is below "+nsA+"/")
+	list := &backupsv1.BackupList{}
+	require.NoError(t, cl.List(ctx, list, client.InNamespace(nsB)))
+	require.Empty(t, list.Items, "nothing of A's prefix is imported into B")
+
+	stratB := sync(fb)
+	require.Equal(t, int32(1), stratB.Status.Catalog.Imported)
+	b := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "nightly-02"}, b))
+	require.Equal(t, genuine.Artifact, *b.Status.Artifact, "B's own record holds the name")
+	require.Equal(t, agent.ArtifactURI(bucket, agent.RecordKey(nsB+"/web/nightly-02.tar")), b.Annotations[backupsv1.AnnotationRecord])
 }

@@ -14,7 +14,8 @@ package driver
 // OwnerReferencesPermissionEnforcement admission plugin allows only to who may update the owner's
 // finalizers. Pods are listed uncached, once per finished Job. A check Job is owned by its Backup
 // without blockOwnerDeletion, which needs no right on the Backup's finalizers; the time of a
-// Backup's next check is an annotation the driver patches. Every verb is listed with the code
+// Backup's next check is an annotation the driver patches. The only Secret it reads is a catalog's
+// credentials (CatalogCredentialsSecret unless an admin grants more names), in its own namespace. Every verb is listed with the code
 // that calls it in docs/security.md, which a test keeps equal to deploy/.
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=patch
@@ -29,7 +30,7 @@ package driver
 // +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
 // +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies/status,verbs=patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get,namespace=coffer-system
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get,namespace=coffer-system,resourceNames=catalog-readonly
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch
 
 import (
