@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,14 +160,60 @@ func inventory(t *testing.T) []string {
 	return out
 }
 
+// openToTheTenant adds to ns what would open a sandbox to the tenant if a restore brought it there:
+// a RoleBinding granting edit to a user and an allow-all NetworkPolicy (namespaceWithData has a
+// ServiceAccount already).
+func openToTheTenant(t *testing.T, ns string) {
+	t.Helper()
+	for _, o := range []client.Object{
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mallory-edits", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}}},
+		&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow-all", Namespace: ns}, Spec: networkingv1.NetworkPolicySpec{
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{}}, Egress: []networkingv1.NetworkPolicyEgressRule{{}}}},
+	} {
+		require.NoError(t, cl.Create(context.Background(), o))
+	}
+}
+
+// sandboxHolds lists the Roles, RoleBindings, ServiceAccounts, NetworkPolicies and ResourceQuotas
+// of a sandbox, as "Kind name".
+func sandboxHolds(t *testing.T, sandbox string) []string {
+	t.Helper()
+	var out []string
+	for _, l := range []struct {
+		list client.ObjectList
+		kind string
+	}{{&rbacv1.RoleList{}, "Role"}, {&rbacv1.RoleBindingList{}, "RoleBinding"}, {&corev1.ServiceAccountList{}, "ServiceAccount"},
+		{&networkingv1.NetworkPolicyList{}, "NetworkPolicy"}, {&corev1.ResourceQuotaList{}, "ResourceQuota"}} {
+		require.NoError(t, cl.List(context.Background(), l.list, client.InNamespace(sandbox)))
+		items, err := meta.ExtractList(l.list)
+		require.NoError(t, err)
+		for _, it := range items {
+			out = append(out, l.kind+" "+it.(client.Object).GetName())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestFullRestore: a full-restore of a namespace that also holds a RoleBinding granting edit to a
+// user, a ServiceAccount and an allow-all NetworkPolicy. Before, the Restore brought all three into
+// the sandbox (the user could edit it, the NetworkPolicy voided the deny-all) and the sandbox had no
+// ResourceQuota. Now none reaches it, it holds the zero-pods quota and the deny-all before the
+// Restore and when the diff runs, and the run passes clean, the three counted as left out.
 func TestFullRestore(t *testing.T) {
 	ns := uniq("fr")
 	namespaceWithData(t, ns)
+	openToTheTenant(t, ns)
 	vb := veleroBackup(t, ns, true, ns)
 	before := inventory(t)
 
 	h := newHarness(t)
 	sandbox := ns + "-bvsandbox"
+	var atDiff []string
+	h.r.Velero.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) { atDiff = sandboxHolds(t, sandboxes[ns]) }
 	run := veleroRun(t, "fr-ok", vb.Name, securityv1.ModeFullRestore, sandbox)
 	res := h.step(run) // Running: the sandbox and the Restore are created in the same pass
 	assert.Equal(t, 10*time.Second, res.RequeueAfter, "polls the Restore every 10 s")
@@ -177,10 +226,22 @@ func TestFullRestore(t *testing.T) {
 	assert.Equal(t, map[string]string{ns: sandbox}, vr.Spec.NamespaceMapping, "an exact mapping, never a wildcard")
 	assert.Equal(t, []string{ns}, vr.Spec.IncludedNamespaces)
 	assert.False(t, *vr.Spec.IncludeClusterResources)
+	for _, r := range []string{"roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "serviceaccounts", "networkpolicies.networking.k8s.io"} {
+		assert.Contains(t, vr.Spec.ExcludedResources, r)
+	}
+	confined := []string{"NetworkPolicy " + velerocheck.SandboxNetworkPolicy, "ResourceQuota " + velerocheck.SandboxQuota, "RoleBinding " + velerocheck.SandboxRole}
+	holds := sandboxHolds(t, sandbox)
+	assert.Subset(t, holds, confined, "confined before the Restore")
 
 	h.finish(run)
-	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
 	r := result(t, run)
+	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
+	assert.Equal(t, []string{securityv1.CodeChecksumMatch}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+	// Besides them, at most the namespace's own default ServiceAccount (kube-controller-manager's).
+	atDiff = slices.DeleteFunc(atDiff, func(s string) bool { return s == "ServiceAccount default" })
+	assert.Equal(t, confined, atDiff, "nothing of the tenant's RBAC or NetworkPolicies reached the sandbox")
+	excluded, _ := strconv.Atoi(r.Spec.Details[velerocheck.DetailObjectsExcluded])
+	assert.GreaterOrEqual(t, excluded, 4, "RoleBinding, NetworkPolicy, ServiceAccounts web and default left out: %v", r.Spec.Details)
 	// Six objects of the test, plus what kube-controller-manager adds to a namespace (root CA
 	// ConfigMap, default ServiceAccount, the Deployment's ReplicaSet, the Service's EndpointSlice).
 	assert.GreaterOrEqual(t, r.Spec.ObjectsExpected, int32(6), "ConfigMaps, Secret, ServiceAccount, Service, Deployment")
@@ -193,6 +254,35 @@ func TestFullRestore(t *testing.T) {
 	require.NoError(t, client.IgnoreNotFound(cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb)))
 	assert.True(t, apierrors.IsNotFound(cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, &corev1.Namespace{})) || !sb.DeletionTimestamp.IsZero(),
 		"the sandbox is being deleted")
+
+	// Between the Restore and the diff, someone binds a user in the sandbox and deletes its deny-all:
+	// the sandbox is no longer confined, which is a critical finding, and nothing is compared.
+	t.Run("tampered sandbox", func(t *testing.T) {
+		h := newHarness(t)
+		sandbox := ns + "-t-bvsandbox"
+		h.r.Velero.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) {
+			require.NoError(t, cl.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mallory-edits", Namespace: sandbox},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}}}))
+			require.NoError(t, cl.Delete(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: velerocheck.SandboxNetworkPolicy, Namespace: sandbox}}))
+		}
+		run := veleroRun(t, "fr-tampered", vb.Name, securityv1.ModeFullRestore, sandbox)
+		h.finish(run)
+		r := result(t, run)
+		assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
+		assert.Equal(t, verifyrun.ReasonBackupVerifyMismatch, meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady).Reason)
+		require.Equal(t, []string{securityv1.CodeSandboxTampered, securityv1.CodeSandboxTampered}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+		objects := []string{r.Spec.Findings[0].Object, r.Spec.Findings[1].Object}
+		assert.ElementsMatch(t, []string{"rbac.authorization.k8s.io/RoleBinding " + sandbox + "/mallory-edits",
+			"networking.k8s.io/NetworkPolicy " + sandbox + "/" + velerocheck.SandboxNetworkPolicy}, objects, findingsOf(r.Spec.Findings))
+		for _, f := range r.Spec.Findings {
+			assert.Equal(t, securityv1.SeverityCritical, f.Severity)
+		}
+		assert.Empty(t, r.Spec.Details[velerocheck.DetailObjectsCompared], "a sandbox that is not confined is not compared")
+		err := cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb)
+		assert.True(t, apierrors.IsNotFound(err) || !sb.DeletionTimestamp.IsZero(), "the sandbox is cleaned up")
+	})
 }
 
 func TestFullRestoreOfSeveralNamespaces(t *testing.T) {
