@@ -27,13 +27,29 @@ func Excluded() map[schema.GroupKind]string {
 	}
 }
 
+// RBAC returns the kinds a restore leaves out unless its RestoreJob sets spec.options.restoreRBAC
+// "true" (contract RJ-14), with their Velero resource names: Roles, RoleBindings and
+// ServiceAccounts. Velero creates what it restores with its own rights, so a restored RoleBinding
+// never meets the API server's escalation check; only the admission policy coffer-restore-rbac
+// knows whether the requesting user could have created them. They are backed up as ever.
+func RBAC() map[schema.GroupKind]string {
+	const rbac = "rbac.authorization.k8s.io"
+	return map[schema.GroupKind]string{
+		{Group: rbac, Kind: "Role"}:        "roles." + rbac,
+		{Group: rbac, Kind: "RoleBinding"}: "rolebindings." + rbac,
+		{Kind: "ServiceAccount"}:           "serviceaccounts",
+	}
+}
+
 // InertExcluded returns what an inert restore (spec.options.inert, contract RJ-12) leaves out:
-// Excluded, bare Pods, and NetworkPolicies (a verification sandbox receives none, which could void
+// Excluded, bare Pods, the RBAC kinds whatever spec.options.restoreRBAC says (a verification
+// sandbox receives no RBAC objects), and NetworkPolicies (nor any NetworkPolicy, which could void
 // its deny-all). Nothing else changes on purpose: the workloads it restores keep their replicas and
 // suspend, and what they would start is their controllers' to make again.
 func InertExcluded() map[schema.GroupKind]string {
 	out := Excluded()
 	out[schema.GroupKind{Kind: "Pod"}] = "pods"
+	maps.Copy(out, RBAC())
 	out[schema.GroupKind{Group: "networking.k8s.io", Kind: "NetworkPolicy"}] = "networkpolicies.networking.k8s.io"
 	return out
 }

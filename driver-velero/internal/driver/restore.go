@@ -41,12 +41,12 @@ func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy
 	switch vr.Status.Phase {
 	case velerov1.RestorePhaseCompleted:
 		items, failed := d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation], true)
-		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed", vr.Namespace, vr.Name) + failed,
+		return driverkit.RestoreOutcome{Done: true, Message: fmt.Sprintf("Velero restore %s/%s completed; %s", vr.Namespace, vr.Name, rbacNote(run.RestoreJob)) + failed,
 			Items: items}, nil
 	case velerov1.RestorePhasePartiallyFailed:
 		items, failed := d.restoredItems(ctx, vr, run.Backup.Spec.DriverMetadata[names.MetaStorageLocation], false)
-		msg := fmt.Sprintf("Velero restore %s/%s completed with %d error(s) and %d warning(s); see `velero restore describe %s --details`",
-			vr.Namespace, vr.Name, vr.Status.Errors, vr.Status.Warnings, vr.Name) + failed
+		msg := fmt.Sprintf("Velero restore %s/%s completed with %d error(s) and %d warning(s); see `velero restore describe %s --details`; %s",
+			vr.Namespace, vr.Name, vr.Status.Errors, vr.Status.Warnings, vr.Name, rbacNote(run.RestoreJob)) + failed
 		return driverkit.RestoreOutcome{Done: true, Message: msg, Warning: msg, Items: items}, nil
 	case velerov1.RestorePhaseFailed:
 		return driverkit.RestoreOutcome{}, driverkit.Failf(backupsv1.ReasonFailed,
@@ -135,8 +135,17 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	// Backups made before a kind joined the list may hold it.
 	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
 	if rj.Spec.Options[backupsv1.OptionInert] == "true" {
-		// Nothing that runs (contract RJ-12): bare Pods are left out too.
+		// Nothing that runs (contract RJ-12): bare Pods are left out too, and RBAC.
 		spec.ExcludedResources = appendMissing(spec.ExcludedResources, veleroapi.Resources(veleroapi.InertExcluded())...)
+	}
+	withRBAC, err := restoresRBAC(rj)
+	if err != nil {
+		return nil, err
+	}
+	if !withRBAC {
+		// Velero creates them with its own rights: only coffer-restore-rbac, at admission, weighed
+		// the requester's (contract RJ-14).
+		spec.ExcludedResources = appendMissing(spec.ExcludedResources, veleroapi.Resources(veleroapi.RBAC())...)
 	}
 
 	vr = &velerov1.Restore{
@@ -148,8 +157,34 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 		return nil, fmt.Errorf("creating velero restore %s: %w", key, err)
 	}
 	d.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "VeleroRestoreCreated", "Restore",
-		"Created velero restore %s of backup %s from namespace %s into %s", key, veleroBackup, source, target)
+		"Created velero restore %s of backup %s from namespace %s into %s; %s", key, veleroBackup, source, target, rbacNote(rj))
 	return vr, nil
+}
+
+// restoresRBAC says whether the run restores the backup's Roles, RoleBindings and ServiceAccounts:
+// only with spec.options.restoreRBAC "true", which driverkit ran only once the admission policy
+// coffer-restore-rbac had checked the requester (contract RJ-14), and never in an inert restore. A
+// value other than "true" or "false" fails the run InvalidOption before anything is created.
+func restoresRBAC(rj *backupsv1.RestoreJob) (bool, error) {
+	want, err := rj.RestoresRBAC()
+	if err != nil {
+		return false, driverkit.Failf(backupsv1.ReasonInvalidOption, "%v; nothing was restored", err)
+	}
+	return want && rj.Spec.Options[backupsv1.OptionInert] != "true", nil
+}
+
+// rbacNote says in the run's event and Ready message whether the backup's Roles, RoleBindings and
+// ServiceAccounts were restored, so that their absence surprises nobody.
+func rbacNote(rj *backupsv1.RestoreJob) string {
+	if ok, _ := restoresRBAC(rj); ok {
+		return fmt.Sprintf("Roles, RoleBindings and ServiceAccounts restored as requested (spec.options.%s, admitted by %s)",
+			backupsv1.OptionRestoreRBAC, backupsv1.RestoreRBACPolicy)
+	}
+	if rj.Spec.Options[backupsv1.OptionInert] == "true" {
+		return "Roles, RoleBindings and ServiceAccounts left out (inert restore)"
+	}
+	return fmt.Sprintf("Roles, RoleBindings and ServiceAccounts left out: set spec.options.%s: \"true\" to restore them, which needs the right to create, bind and escalate Roles in namespace %s",
+		backupsv1.OptionRestoreRBAC, rj.TargetNamespace())
 }
 
 // sameApplication refuses a restore whose targetApplicationRef names another application than the

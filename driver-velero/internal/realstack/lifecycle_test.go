@@ -3,6 +3,7 @@ package realstack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,15 +76,50 @@ func waitJob(t *testing.T, j *backupsv1.BackupJob) {
 	})
 }
 
+// rbacObjects are a namespace's Roles, RoleBindings and ServiceAccounts: the application's own
+// ServiceAccount and Role, and a RoleBinding granting admin to a user, as an administrator's grant
+// (or one an administrator since revoked) would.
+func rbacObjects(ns string) []client.Object {
+	return []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "shop-web", Namespace: ns}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "shop-reader", Namespace: ns},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "shop-reader", Namespace: ns},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "shop-web", Namespace: ns}},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "shop-reader"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "shop-admins", Namespace: ns},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "admin"}},
+	}
+}
+
+// rbacPresent lists which of rbacObjects(ns) exist.
+func rbacPresent(t *testing.T, ns string) []string {
+	t.Helper()
+	var out []string
+	for _, o := range rbacObjects(ns) {
+		err := cl.Get(context.Background(), client.ObjectKeyFromObject(o), o)
+		if err == nil {
+			out = append(out, fmt.Sprintf("%T %s", o, o.GetName()))
+			continue
+		}
+		require.True(t, apierrors.IsNotFound(err), "%v", err)
+	}
+	return out
+}
+
 // TestBackupDeleteRestore is the golden path on the real stack: back up a namespace, check the
-// artifact against the bucket, delete the objects, restore them, compare every byte.
+// artifact against the bucket, delete the objects, restore them, compare every byte. The
+// namespace's Roles, RoleBindings and ServiceAccounts come back only with restoreRBAC.
 func TestBackupDeleteRestore(t *testing.T) {
 	ctx := context.Background()
 	shop(t, managedNS, "shop")
-	for _, o := range data(managedNS) {
+	for _, o := range append(data(managedNS), rbacObjects(managedNS)...) {
 		require.NoError(t, cl.Create(ctx, o))
 	}
 	before := content(t, managedNS)
+	allRBAC := rbacPresent(t, managedNS)
+	require.Len(t, allRBAC, len(rbacObjects(managedNS)))
 
 	job := backupJob(managedNS, "nightly-1", "velero", "Shop")
 	require.NoError(t, cl.Create(ctx, job))
@@ -115,7 +152,7 @@ func TestBackupDeleteRestore(t *testing.T) {
 	assert.Equal(t, string(job.UID), vb.Labels[backupsv1.LabelBackupJobUID])
 	assert.Equal(t, b.Spec.TakenAt.Unix(), vb.Status.StartTimestamp.Unix())
 
-	for _, o := range data(managedNS) {
+	for _, o := range append(data(managedNS), rbacObjects(managedNS)...) {
 		require.NoError(t, cl.Delete(ctx, o))
 	}
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo", Namespace: managedNS},
@@ -130,6 +167,30 @@ func TestBackupDeleteRestore(t *testing.T) {
 		assert.GreaterOrEqual(t, rj.Status.Items.Restored, int64(len(data(managedNS))), "at least the deleted objects were restored")
 		assert.Zero(t, rj.Status.Items.Failed)
 	}
+	assert.Empty(t, rbacPresent(t, managedNS), "without restoreRBAC no Role, RoleBinding or ServiceAccount is restored")
+	assert.Contains(t, meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady).Message,
+		"Roles, RoleBindings and ServiceAccounts left out: set spec.options.restoreRBAC", "the restore says what it left out")
+	undoRestore := &velerov1.Restore{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroRestore(rj)}, undoRestore))
+	assert.Subset(t, undoRestore.Spec.ExcludedResources, []string{"roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "serviceaccounts"})
+
+	t.Run("with restoreRBAC the Roles, RoleBindings and ServiceAccounts come back", func(t *testing.T) {
+		rbac := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo-rbac", Namespace: managedNS},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"},
+				Options: map[string]string{backupsv1.OptionRestoreRBAC: "true"}}}
+		require.NoError(t, cl.Create(ctx, rbac))
+		waitFor(t, "the restore with RBAC", 3*time.Minute, func(ctx context.Context) (bool, error) {
+			return rbac.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(rbac), rbac)
+		})
+		require.Equal(t, backupsv1.RestoreJobSucceeded, rbac.Status.Phase, rbac.Status.Message)
+		assert.Equal(t, allRBAC, rbacPresent(t, managedNS))
+		binding := &rbacv1.RoleBinding{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: "shop-reader"}, binding))
+		assert.Equal(t, rbacObjects(managedNS)[2].(*rbacv1.RoleBinding).Subjects, binding.Subjects)
+		assert.Contains(t, meta.FindStatusCondition(rbac.Status.Conditions, backupsv1.ConditionReady).Message,
+			"Roles, RoleBindings and ServiceAccounts restored as requested (spec.options.restoreRBAC")
+		assert.Equal(t, before, content(t, managedNS))
+	})
 
 	t.Run("an in-place restore over objects that all exist says it restored nothing", func(t *testing.T) {
 		redo := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "redo", Namespace: managedNS},
@@ -156,6 +217,7 @@ func TestBackupDeleteRestore(t *testing.T) {
 		})
 		require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 		assert.Equal(t, before, content(t, targetNS))
+		assert.Empty(t, rbacPresent(t, targetNS), "no RBAC object is restored into another namespace without restoreRBAC")
 		assert.Equal(t, sourceVersions, versions(t, managedNS), "the source namespace is untouched")
 		vr := &velerov1.Restore{}
 		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroRestore(rj)}, vr))

@@ -469,7 +469,7 @@ func TestCofferVeleroMadeBackup(t *testing.T) {
 // backend's diff. driver-velero does not run here: the test plays its part. When the verifier's
 // RestoreJob appears, it restores the Velero backup as the driver does for an inert restore into
 // another namespace (a Velero Restore of the Backup's namespace, namespaceMapping into the
-// sandbox, Pods left out, no resource modifiers: the workloads keep their replicas) and marks the
+// sandbox, Pods and RBAC left out, no resource modifiers: the workloads keep their replicas) and marks the
 // RestoreJob Succeeded. A good backup passes (Verified=True, the objects compared counted); a
 // ConfigMap key and a Secret key changed in the sandbox between the restore and the diff are two
 // content-mismatch findings, Verified=False, and the Secret's value is quoted nowhere.
@@ -523,7 +523,8 @@ func TestCofferFullRestoreComparesContent(t *testing.T) {
 // playDriverVelero plays driver-velero's part in a coffer full-restore of Backup b: it reconciles
 // the run until the verifier's RestoreJob appears, restores b's Velero backup as the driver does
 // (driver-velero/internal/driver/restore.go: the Backup's namespace only, an exact namespaceMapping
-// to spec.options.targetNamespace, no cluster resources, Pods left out for spec.options.inert),
+// to spec.options.targetNamespace, no cluster resources, what velerodriver.InertExcluded names left
+// out for spec.options.inert: Pods, Roles, RoleBindings, ServiceAccounts and Coffer's records),
 // waits for Velero to complete it and writes the RestoreJob's status Succeeded.
 func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) {
 	t.Helper()
@@ -533,7 +534,8 @@ func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun,
 	require.Equal(t, run.Spec.SandboxNamespace, rj.TargetNamespace())
 	vr := &velerov1.Restore{ObjectMeta: metav1.ObjectMeta{Name: rj.Name, Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]},
 		Spec: velerov1.RestoreSpec{BackupName: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], IncludedNamespaces: []string{b.Namespace},
-			NamespaceMapping: map[string]string{b.Namespace: rj.TargetNamespace()}, IncludeClusterResources: ptr(false), ExcludedResources: []string{"pods"}}}
+			NamespaceMapping: map[string]string{b.Namespace: rj.TargetNamespace()}, IncludeClusterResources: ptr(false),
+			ExcludedResources: velerodriverv1.Resources(velerodriverv1.InertExcluded())}}
 	require.NoError(t, cl.Create(ctx, vr))
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), vr) })
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
