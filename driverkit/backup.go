@@ -164,6 +164,9 @@ func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) (reconc
 	var res reconcile.Result
 	prev := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
 	unconfirmed := prev != nil && prev.Status == metav1.ConditionUnknown && prev.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed
+	if cond.Status == metav1.ConditionUnknown && prev != nil && prev.Status == metav1.ConditionFalse {
+		return res, nil // a confirmed absence stands until the artifact is seen again
+	}
 	if cond.Status != metav1.ConditionTrue && (prev == nil || prev.Status != metav1.ConditionFalse) {
 		waited := time.Duration(0)
 		if unconfirmed {
@@ -180,7 +183,10 @@ func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) (reconc
 			}
 			cond = &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionUnknown,
 				Reason: backupsv1.ReasonArtifactAbsenceUnconfirmed, Message: msg}
-			res.RequeueAfter = max(delay-waited, time.Second)
+			res.RequeueAfter = delay - waited
+			if res.RequeueAfter <= 0 {
+				res.RequeueAfter = delay // the driver waits for more than time: look again a delay later
+			}
 		}
 	}
 	orig := b.DeepCopy()

@@ -31,7 +31,11 @@ func TestVeleroBackupGoneForAMomentIsNotLost(t *testing.T) {
 	vbKey := client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroBackup(job)}
 	vb := &velerov1.Backup{}
 	require.NoError(t, cl.Get(ctx, vbKey, vb))
-	deleted := time.Now().Add(-time.Second) // LastTransitionTime has a resolution of a second
+	b := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: job.Name}, b))
+	found := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	require.NotNil(t, found)
+	require.Equal(t, metav1.ConditionTrue, found.Status)
 	require.NoError(t, cl.Delete(ctx, vb))
 
 	waitFor(t, "the Backup to find its artifact again", 3*time.Minute, func(ctx context.Context) (bool, error) {
@@ -45,8 +49,9 @@ func TestVeleroBackupGoneForAMomentIsNotLost(t *testing.T) {
 		if c.Status == metav1.ConditionUnknown {
 			require.Equal(t, backupsv1.ReasonArtifactAbsenceUnconfirmed, c.Reason)
 		}
-		// True again, after a transition since the deletion (through Unknown: never False).
-		return c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(deleted), nil
+		// True again, after a transition since (through Unknown: never False). Velero syncs
+		// a minute apart, so the sighting and the return are seconds apart at least.
+		return c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(found.LastTransitionTime.Time), nil
 	})
 	require.NoError(t, cl.Get(ctx, vbKey, &velerov1.Backup{}), "Velero's sync brought the backup back from storage")
 }

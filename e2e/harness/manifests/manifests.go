@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -78,7 +79,33 @@ func Apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructur
 			}
 		}
 	}
+	for _, o := range objs {
+		if o.GetKind() == "ValidatingAdmissionPolicy" {
+			if _, ok, _ := unstructured.NestedMap(o.Object, "spec", "paramKind"); ok {
+				if err := waitParamsSynced(ctx, c); err != nil {
+					return fmt.Errorf("waiting for policy %s to read its params: %w", o.GetName(), err)
+				}
+			}
+		}
+	}
 	return nil
+}
+
+// waitParamsSynced waits until the API server has synced the params of the policies that take
+// BackupClasses as params (coffer-backupclass-namespaces): until then it refuses every request
+// they match ("not yet synced to use for admission"). It asks with a BackupJob created as a
+// server-side dry run.
+func waitParamsSynced(ctx context.Context, c client.Client) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		probe := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "backups.cozystack.io/v1alpha1", "kind": "BackupJob",
+			"metadata": map[string]any{"generateName": "params-probe-", "namespace": "default"},
+			"spec": map[string]any{"applicationRef": map[string]any{"apiGroup": "apps.cozystack.io", "kind": "Probe", "name": "probe"},
+				"backupClassName": "params-probe"},
+		}}
+		err := c.Create(ctx, probe, client.DryRunAll)
+		return err == nil || !strings.Contains(err.Error(), "not yet synced"), nil
+	})
 }
 
 func waitEstablished(ctx context.Context, c client.Client, name string) error {
