@@ -72,6 +72,8 @@ func (e *NoMatchingStrategyError) Error() string {
 }
 
 // ClassNotAllowedError says a BackupClass's namespaceSelector does not select a namespace.
+//
+// +kubebuilder:object:generate=false
 type ClassNotAllowedError struct {
 	ClassName string
 	Namespace string
