@@ -24,7 +24,7 @@ import (
 // the run's terminal status repeats it harmlessly.
 func (r *Reconciler) recordVerdict(ctx context.Context, s *scope, res *securityv1.BackupVerifyResult, eventType, msg string) error {
 	run := s.run
-	if run.Spec.Backend != securityv1.BackendCoffer || eventType == securityv1.EventBackupVerifyFailed {
+	if run.Spec.Backend != securityv1.BackendCoffer || eventType == securityv1.EventBackupVerifyFailed || saysNothingOfTheBackup(res) {
 		return nil
 	}
 	key := coffercheck.BackupKey(run)
@@ -74,6 +74,18 @@ func (r *Reconciler) recordVerdict(ctx context.Context, s *scope, res *securityv
 	}
 	ctrl.LoggerFrom(ctx).Info("Recorded the verdict on the Backup", "backup", klog.KObj(b), "mode", mode(run), "result", verdict.Result, "verified", cond.Reason)
 	return nil
+}
+
+// saysNothingOfTheBackup reports whether the result's failure is about the sandbox, not the
+// Backup: a sandbox someone tampered with during the run compared nothing that can be trusted, in
+// either direction, so the run gives no verdict on the Backup.
+func saysNothingOfTheBackup(res *securityv1.BackupVerifyResult) bool {
+	for _, f := range res.Spec.Findings {
+		if f.Code == securityv1.CodeSandboxTampered {
+			return true
+		}
+	}
+	return false
 }
 
 // VerifiedCondition is the Verified condition of a Backup's verdicts: False when the newest verdict

@@ -366,3 +366,18 @@ func TestRecordVerdictConfirmsFailures(t *testing.T) {
 	assert.True(t, b.VerifyFailureConfirmed(), "a failure of each mode confirms it")
 	assert.False(t, b.WasGood())
 }
+
+// TestTamperedSandboxIsNoVerdict: a full-restore whose sandbox was tampered with during the run
+// (a critical sandbox-tampered finding) compared nothing that can be trusted: no verdict is written
+// on the Backup, which stays as it was.
+func TestTamperedSandboxIsNoVerdict(t *testing.T) {
+	f := newVerdictFixture(t)
+	run := f.run("tampered", securityv1.ModeFullRestore)
+	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)},
+		Spec: securityv1.BackupVerifyResultSpec{Findings: []securityv1.Finding{{Code: securityv1.CodeSandboxTampered, Severity: securityv1.SeverityCritical}}}}
+	rv := f.get().ResourceVersion
+	require.NoError(t, f.r.recordVerdict(f.ctx, &scope{run: run, orig: run.DeepCopy(), now: metav1.NewTime(v0)}, res, securityv1.EventBackupVerifyMismatch, "sandbox tampered"))
+	b := f.get()
+	assert.Equal(t, rv, b.ResourceVersion, "nothing written")
+	assert.Nil(t, b.Status.Verification)
+}
