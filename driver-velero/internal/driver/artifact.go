@@ -151,8 +151,11 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 			return driverkit.DeleteOutcome{}, driverkit.Failf(ReasonAbsenceUnconfirmed,
 				"Velero backup %s is not in the cluster and its deletion cannot be confirmed yet: %s", key, synced.why)
 		}
-		return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactAlreadyGone",
-			Message: fmt.Sprintf("Velero backup %s was already gone (%s); nothing was deleted", key, synced.why)}, nil
+		// Gone before this deletion could see it go (outside Coffer, or by a request of an
+		// earlier attempt that crashed before it was recorded): storage holds none, which is all
+		// that can be said.
+		return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactGone",
+			Message: fmt.Sprintf("Velero backup %s is gone and storage holds no such backup (%s); nothing is left to delete", key, synced.why)}, nil
 	case gone:
 		return driverkit.DeleteOutcome{Done: true, Message: "The Backup names no Velero backup; nothing to delete"}, nil
 	}
