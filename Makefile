@@ -45,6 +45,7 @@ verify: generate manifests tidy ## Regenerate, tidy and fail on any diff; gofmt 
 	@git diff --exit-code -- . || { echo "generated files or go.mod/go.sum are stale: run make generate manifests tidy"; exit 1; }
 	@test -z "$$(git status --porcelain --untracked-files=all -- apis deploy '*go.mod' '*go.sum')" || { git status --porcelain -- apis deploy; echo "untracked generated files"; exit 1; }
 	@bins=$$(git ls-files -z | xargs -0 -r sh -c 'for f; do [ -f "$$f" ] && [ "$$(head -c 4 "$$f" | od -An -c | tr -d " ")" = "177ELF" ] && echo "$$f"; done; true' sh); test -z "$$bins" || { echo "build output tracked in git: $$bins"; exit 1; }
+	@allowed=$$(sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$$//' hack/large-files.txt); git ls-files -z | { big=(); while IFS= read -r -d '' f; do if [ -f "$$f" ] && [ ! -L "$$f" ] && [ "$$(wc -c < "$$f")" -gt 1048576 ] && ! grep -qxF -- "$$f" <<< "$$allowed"; then big+=("$$f"); fi; done; test $${#big[@]} -eq 0 || { printf 'tracked file larger than 1 MiB (not in hack/large-files.txt): %s\n' "$${big[@]}"; exit 1; }; }
 
 .PHONY: build
 build: ## Build every binary into bin/ (and check every module builds and vets alone).
@@ -70,12 +71,16 @@ test: build ## Unit, envtest and real-server suites of every module (builds test
 	failed=(); for m in $(MODULES); do echo "== $$m"; (cd $$m && go test $(GO_TEST_FLAGS) ./...) || failed+=("$$m"); done; \
 	if [ $${#failed[@]} -gt 0 ]; then echo "FAILED modules: $${failed[*]}"; exit 1; fi
 
-# The suites behind the e2e build tag (the other e2e packages run in `make test`).
+# The suites behind the e2e build tag (the other e2e packages run in `make test`); the real node's
+# own tests (e2e/harness/node) run first, in their module.
 E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./tenancy/ ./faults/ ./chaos/
 
 .PHONY: e2e
 e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.
-	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_CHAOS_ITERATIONS="$(E2E_CHAOS_ITERATIONS)"; cd e2e && go test -count=1 -p 1 -tags e2e -timeout 80m $(E2E_SUITES)
+	hack/node-runtime.sh
+	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_CHAOS_ITERATIONS="$(E2E_CHAOS_ITERATIONS)"; \
+	(cd e2e/harness && go test -count=1 -tags e2e -timeout 30m ./node/) && \
+	(cd e2e && go test -count=1 -p 1 -tags e2e -timeout 80m $(E2E_SUITES))
 
 # make e2e (and so CI) runs the chaos suite with 10 kills, which keeps a cold CI run near an hour;
 # make chaos runs it alone with its default of 20 (COFFER_CHAOS_SEED reproduces a schedule).
