@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	case jobv1.ModeRestore, jobv1.ModeVerify:
-		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
+		bucket, key, err := backupsv1.ParseS3URI(cfg.ArtifactURI)
 		if err != nil {
 			return err
 		}
@@ -220,13 +220,13 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		}
 		return a.report(cfg, stdout, status, false) // informative: a restore that worked does not fail for it
 	case jobv1.ModeCleanup:
-		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
+		bucket, key, err := backupsv1.ParseS3URI(cfg.ArtifactURI)
 		if err != nil {
 			return err
 		}
 		return a.Cleanup(ctx, bucket, key)
 	case jobv1.ModeCheck:
-		bucket, key, err := ParseArtifactURI(cfg.ArtifactURI)
+		bucket, key, err := backupsv1.ParseS3URI(cfg.ArtifactURI)
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
@@ -231,7 +232,7 @@ func corrupt(t *testing.T, bucket, key string) string {
 
 func keyOf(t *testing.T, report *jobv1.ArtifactReport) (bucket, key string) {
 	t.Helper()
-	bucket, key, err := ParseArtifactURI(report.URI)
+	bucket, key, err := backupsv1.ParseS3URI(report.URI)
 	if err != nil {
 		t.Fatal(err)
 	}

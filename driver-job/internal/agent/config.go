@@ -258,7 +258,7 @@ func (c *Config) validate() error {
 			return usageErrorf("%s and %s are required to name the backup", jobv1.EnvRunName, jobv1.EnvRunUID)
 		}
 		// Refused before anything is uploaded: a URI the driver could not read as s3://bucket/key.
-		if _, _, err := ParseArtifactURI(ArtifactURI(c.Bucket, ObjectKey(c.Prefix, c.RunName, c.RunUID))); err != nil {
+		if _, _, err := backupsv1.ParseS3URI(ArtifactURI(c.Bucket, ObjectKey(c.Prefix, c.RunName, c.RunUID))); err != nil {
 			return usageErrorf("the bucket and prefix make no usable artifact URI: %v", err)
 		}
 	case jobv1.ModeRestore, jobv1.ModeVerify:
@@ -267,7 +267,10 @@ func (c *Config) validate() error {
 		}
 		fallthrough
 	case jobv1.ModeCleanup, jobv1.ModeCheck:
-		if _, _, err := ParseArtifactURI(c.ArtifactURI); err != nil {
+		if c.ArtifactURI == "" {
+			return usageErrorf("no artifact: %s is empty", jobv1.EnvArtifactURI)
+		}
+		if _, _, err := backupsv1.ParseS3URI(c.ArtifactURI); err != nil {
 			return &UsageError{Err: err}
 		}
 	}
@@ -296,14 +299,6 @@ func ParseEndpoint(endpoint string) (host string, secure bool, err error) {
 	return u.Host, u.Scheme == "https", nil
 }
 
-// ParseArtifactURI splits s3://bucket/key with the one strict parser of artifact URIs
-// (jobv1.ParseS3URI).
-func ParseArtifactURI(uri string) (bucket, key string, err error) {
-	if uri == "" {
-		return "", "", fmt.Errorf("no artifact: %s is empty", jobv1.EnvArtifactURI)
-	}
-	return jobv1.ParseS3URI(uri)
-}
-
-// ArtifactURI is the inverse of ParseArtifactURI.
-func ArtifactURI(bucket, key string) string { return jobv1.S3URI(bucket, key) }
+// ArtifactURI is s3://bucket/key, the inverse of backupsv1.ParseS3URI (the one parser of artifact
+// URIs).
+func ArtifactURI(bucket, key string) string { return backupsv1.S3URI(bucket, key) }

@@ -234,7 +234,7 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 // beside reports whether a record's artifact URI names the object key in bucket, read by the one
 // strict parser of artifact URIs.
 func beside(uri, bucket, key string) bool {
-	b, k, err := jobapi.ParseS3URI(uri)
+	b, k, err := backupsv1.ParseS3URI(uri)
 	return err == nil && b == bucket && k == key
 }
 

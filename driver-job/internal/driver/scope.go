@@ -28,9 +28,9 @@ type scope struct {
 }
 
 // check returns why uri lies outside the scope, or nil. The URI is read by the one parser of
-// artifact URIs (jobapi.ParseS3URI), so what is checked here is what an agent will act on.
+// artifact URIs (backupsv1.ParseS3URI), so what is checked here is what an agent will act on.
 func (s scope) check(uri string) error {
-	bucket, key, err := jobapi.ParseS3URI(uri)
+	bucket, key, err := backupsv1.ParseS3URI(uri)
 	switch {
 	case err != nil:
 		return err
