@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Backend is where the backup under verification lives.
@@ -158,4 +159,14 @@ type BackupVerifyRunList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BackupVerifyRun `json:"items"`
+}
+
+// CofferBackup is the backups.cozystack.io Backup a run of the coffer backend verifies: its
+// backupRef, in the run's namespace unless backupRef.namespace says another.
+func (r *BackupVerifyRun) CofferBackup() types.NamespacedName {
+	ns := r.Spec.BackupRef.Namespace
+	if ns == "" {
+		ns = r.Namespace
+	}
+	return types.NamespacedName{Namespace: ns, Name: r.Spec.BackupRef.Name}
 }

@@ -27,8 +27,11 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
+	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
 	"github.com/coffer-backup/coffer/verifier/internal/policy"
+	"github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
@@ -107,25 +110,34 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	// Downloads go through a client per storage location (timeouts, its caCert trusted).
-	vc := &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, ServiceAccount: sa}
+	// Every backend that restores makes its sandboxes through this one Maker.
+	sb := &sandbox.Maker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: sa}
+	vc := &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, Sandbox: sb}
 	r := &verifyrun.Reconciler{
 		Client: mgr.GetClient(),
-		Velero: vc,
-		Coffer: &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Velero: vc, Store: store},
-		Clock:  clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
-		EtcdSnapshotDir: o.snapshotDir, ClusterID: o.clusterID, ClusterName: o.clusterName,
+		Backends: map[securityv1.Backend]backend.Backend{
+			securityv1.BackendVelero:       vc,
+			securityv1.BackendCoffer:       &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Velero: vc, Sandbox: sb, Store: store},
+			securityv1.BackendEtcdSnapshot: &etcdsnap.Backend{Dir: o.snapshotDir},
+		},
+		Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
+		ClusterID: o.clusterID, ClusterName: o.clusterName,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	// The verifier also runs without Coffer (Velero backups and etcd snapshots only): policies,
-	// which watch Coffer's Backups and Plans, run only where Coffer's CRDs are served.
+	// The verifier also runs without Coffer (Velero backups and etcd snapshots only): verdicts,
+	// written on Coffer's Backups, and policies, which watch its Backups and Plans, run only where
+	// Coffer's CRDs are served.
 	if _, err := mgr.GetRESTMapper().RESTMapping(backupsv1.GroupVersion.WithKind("Plan").GroupKind(), backupsv1.GroupVersion.Version); err != nil {
 		if !meta.IsNoMatchError(err) {
 			return fmt.Errorf("looking for Coffer's CRDs: %w", err)
 		}
-		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: BackupVerifyPolicies are not acted on; restart the verifier once they are")
+		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: BackupVerifyPolicies are not acted on and no verdict is recorded; restart the verifier once they are")
 	} else {
+		if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+			return err
+		}
 		pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify")}
 		if err := pr.SetupWithManager(ctx, mgr); err != nil {
 			return err

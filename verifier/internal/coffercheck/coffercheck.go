@@ -7,17 +7,18 @@
 //     verifier;
 //   - full-restore restores the Backup through the driver contract: a RestoreJob in the Backup's
 //     namespace whose spec.options.targetNamespace is the run's sandbox (created, confined and
-//     bound as for the velero backend, plus a ResourceQuota of zero pods), so every driver that
-//     implements restores into another namespace, third-party ones included, can be verified
-//     without the verifier knowing it. The admission policy coffer-restore-target admits that
-//     RestoreJob because the verifier may create RestoreJobs in its sandbox (ClusterRole
-//     coffer-verifier-sandbox) and nobody else may; coffer-verifier-confinement lets the
-//     verifier create no other RestoreJob. Once the RestoreJob succeeded, the sandbox of a
-//     Velero-made Backup is compared with its Velero backup by content, by the velero backend's
-//     diff (velerocheck.CompareRestore). A driver that compares what it restored with the
-//     backup's own record of it (contract RJ-13; driver-job's verifyTemplate) reports the count
-//     in the RestoreJob's status.items.compared, or fails it ContentMismatch, which becomes a
-//     content-mismatch finding; for other drivers the Result says no content diff was made.
+//     bound by package sandbox, as for the velero backend: a ResourceQuota of zero pods among
+//     what confines it), so every driver that implements restores into another namespace,
+//     third-party ones included, can be verified without the verifier knowing it. The admission
+//     policy coffer-restore-target admits that RestoreJob because the verifier may create
+//     RestoreJobs in its sandbox (ClusterRole coffer-verifier-sandbox) and nobody else may;
+//     coffer-verifier-confinement lets the verifier create no other RestoreJob. Once the
+//     RestoreJob succeeded, the sandbox of a Velero-made Backup is compared with its Velero
+//     backup by content, by the velero backend's diff (velerocheck.CompareRestore). A driver that
+//     compares what it restored with the backup's own record of it (contract RJ-13; driver-job's
+//     verifyTemplate) reports the count in the RestoreJob's status.items.compared, or fails it
+//     ContentMismatch, which becomes a content-mismatch finding; for other drivers the Result
+//     says no content diff was made.
 //
 // Findings are facts about the Backup; an error is trouble carrying the verification out, retried
 // by the caller within the run's timeout, and final when wrapped in reconcile.TerminalError.
@@ -43,6 +44,8 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/velerokit/download"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+	"github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
 
@@ -50,33 +53,25 @@ import (
 type Checker struct {
 	// Reader reads the API server directly.
 	Reader client.Reader
-	// Client writes the verifier's RestoreJobs and sandbox objects.
+	// Client writes the verifier's RestoreJobs.
 	Client client.Client
-	// Velero reads Velero tarballs and makes sandboxes.
+	// Velero reads Velero tarballs.
 	Velero *velerocheck.Checker
+	// Sandbox makes, re-checks and deletes the run's sandbox. Required for full-restore.
+	Sandbox *sandbox.Maker
 	// Store reads s3:// artifacts of other drivers; nil when the verifier was given no endpoint.
 	Store *Store
 }
 
-// SandboxQuota is the ResourceQuota of zero pods in each sandbox (velerocheck's confine makes it
-// for every backend): whatever the driver restores, nothing in the sandbox can start a pod.
-const SandboxQuota = velerocheck.SandboxQuota
-
 // BackupKey is the Backup a run of the coffer backend verifies.
-func BackupKey(run *securityv1.BackupVerifyRun) client.ObjectKey {
-	ns := run.Spec.BackupRef.Namespace
-	if ns == "" {
-		ns = run.Namespace
-	}
-	return client.ObjectKey{Namespace: ns, Name: run.Spec.BackupRef.Name}
-}
+func BackupKey(run *securityv1.BackupVerifyRun) client.ObjectKey { return run.CofferBackup() }
 
 func object(key client.ObjectKey) string { return "backups.cozystack.io/Backup " + key.String() }
 
 // backup reads the Backup under verification. A Backup that is gone, being deleted, or not Ready
 // with an artifact cannot be verified: the run ends BackupVerifyFailed, saying why, and no verdict
 // is recorded (retention may have pruned it while the run waited; that says nothing bad about it).
-func (c *Checker) backup(ctx context.Context, run *securityv1.BackupVerifyRun, out *velerocheck.Outcome) (*backupsv1.Backup, error) {
+func (c *Checker) backup(ctx context.Context, run *securityv1.BackupVerifyRun, out *backend.Outcome) (*backupsv1.Backup, error) {
 	key := BackupKey(run)
 	b := &backupsv1.Backup{}
 	err := c.Reader.Get(ctx, key, b)
@@ -86,7 +81,7 @@ func (c *Checker) backup(ctx context.Context, run *securityv1.BackupVerifyRun, o
 		out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeBackupNotFound, Severity: securityv1.SeverityMedium, Object: object(key), Message: msg})
 		return nil, reconcile.TerminalError(errors.New(msg))
 	case err != nil:
-		return nil, velerocheck.APIError("reading Backup "+key.String(), err)
+		return nil, backend.APIError("reading Backup "+key.String(), err)
 	case b.Status.Phase != backupsv1.BackupReady || b.Status.Artifact == nil:
 		msg := fmt.Sprintf("Backup %s is %q without a recorded artifact: only a Ready Backup can be verified", key, b.Status.Phase)
 		if b.Status.Phase == backupsv1.BackupReady {
@@ -103,8 +98,8 @@ func madeByVelero(b *backupsv1.Backup) bool {
 }
 
 // Checksum reads the stored artifact once and compares its size and SHA-256 with status.artifact.
-func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (velerocheck.Outcome, error) {
-	out := velerocheck.Outcome{Done: true}
+func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
+	out := backend.Outcome{Done: true}
 	b, err := c.backup(ctx, run, &out)
 	if err != nil {
 		return out, err
@@ -140,7 +135,7 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 		d = download.Digest{SizeBytes: vout.SizeBytes}
 		d.SHA256 = strings.TrimPrefix(vout.ComputedChecksum, "sha256:")
 	} else {
-		bucket, key, err := ParseS3URI(art.URI)
+		bucket, key, err := backupsv1.ParseS3URI(art.URI)
 		if err != nil {
 			return out, reconcile.TerminalError(fmt.Errorf("checksum-only reads s3:// artifacts: %w", err))
 		}
@@ -175,7 +170,7 @@ func veleroRun(run *securityv1.BackupVerifyRun, b *backupsv1.Backup) (*securityv
 // veleroMissing is the error of a reading of Velero-made Backup b that found Velero not installed
 // where the verifier runs: that says nothing about the Backup, so no verdict (above all no failed
 // one) is recorded.
-func veleroMissing(b *backupsv1.Backup, vout velerocheck.Outcome) error {
+func veleroMissing(b *backupsv1.Backup, vout backend.Outcome) error {
 	for _, f := range vout.Findings {
 		if f.Code == securityv1.CodeVeleroCRDMissing {
 			return reconcile.TerminalError(fmt.Errorf("Backup %s was made by %s, but %s: it cannot be read through Velero",
@@ -186,7 +181,7 @@ func veleroMissing(b *backupsv1.Backup, vout velerocheck.Outcome) error {
 }
 
 // compare judges a read artifact against status.artifact.
-func compare(out velerocheck.Outcome, b *backupsv1.Backup, d download.Digest, missing string) velerocheck.Outcome {
+func compare(out backend.Outcome, b *backupsv1.Backup, d download.Digest, missing string) backend.Outcome {
 	obj := object(client.ObjectKeyFromObject(b))
 	art := b.Status.Artifact
 	add := func(code string, sev securityv1.Severity, msg string) {
@@ -229,8 +224,8 @@ var cannotTryReasons = map[string]bool{
 }
 
 // FullRestore advances a full-restore: the sandbox, the RestoreJob, and once it ended, the verdict.
-func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (velerocheck.Outcome, error) {
-	out := velerocheck.Outcome{Done: true}
+func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
+	out := backend.Outcome{Done: true}
 	key := client.ObjectKey{Namespace: BackupKey(run).Namespace, Name: RestoreJobName(run)}
 	rj := &backupsv1.RestoreJob{}
 	err := c.Reader.Get(ctx, key, rj)
@@ -238,7 +233,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	case apierrors.IsNotFound(err):
 		rj = nil
 	case err != nil:
-		return out, velerocheck.APIError("reading RestoreJob "+key.String(), err)
+		return out, backend.APIError("reading RestoreJob "+key.String(), err)
 	case rj.Labels[securityv1.LabelRunUID] != string(run.UID):
 		return out, reconcile.TerminalError(fmt.Errorf("RestoreJob %s exists and does not belong to this run (its %s label is %q); delete it, then create the run again",
 			key, securityv1.LabelRunUID, rj.Labels[securityv1.LabelRunUID]))
@@ -248,7 +243,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		if err != nil {
 			return out, err
 		}
-		if ready, refused, err := c.Velero.EnsureSandboxes(ctx, run, []string{run.Spec.SandboxNamespace}, &out); !ready {
+		if ready, refused, err := c.Sandbox.Ensure(ctx, run, []string{run.Spec.SandboxNamespace}, &out); !ready {
 			if refused != nil {
 				return out, sandboxRefused(&out, *refused)
 			}
@@ -313,7 +308,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 // carried out. It says nothing of the Backup, so it must not become a verdict on it, as the velero
 // backend's critical finding would: the finding goes to the Result at medium severity, and the
 // run fails (BackupVerifyFailed).
-func sandboxRefused(out *velerocheck.Outcome, f securityv1.Finding) error {
+func sandboxRefused(out *backend.Outcome, f securityv1.Finding) error {
 	f.Severity = securityv1.SeverityMedium
 	out.Findings = append(out.Findings, f)
 	return reconcile.TerminalError(fmt.Errorf("%s: the Backup was not restored, and nothing is said of it; delete that namespace or name another sandbox, then create the run again", f.Message))
@@ -328,10 +323,10 @@ const DetailContentDiff = "contentDiff"
 // with the sandbox as the velero backend diffs its own restores (velerocheck.CompareRestore: the
 // Backup's namespace, restored into the sandbox through Velero's namespaceMapping). Its findings,
 // counts and details go to out; it returns what the restore-succeeded finding says of it.
-func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, rj *backupsv1.RestoreJob, out *velerocheck.Outcome) (string, error) {
+func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, rj *backupsv1.RestoreJob, out *backend.Outcome) (string, error) {
 	if !madeByVelero(b) {
 		// The diff of a Velero-made Backup re-checks the sandbox itself (CompareRestore).
-		confined, err := c.Velero.RecheckSandboxes(ctx, run, map[string]string{b.Namespace: run.Spec.SandboxNamespace}, out)
+		confined, err := c.Sandbox.Recheck(ctx, run, map[string]string{b.Namespace: run.Spec.SandboxNamespace}, out)
 		if err != nil {
 			return "", err
 		}
@@ -355,7 +350,7 @@ func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVeri
 	}
 	// What driver-velero's inert restore leaves out, and what no sandbox may hold.
 	excluded := velerodriverv1.InertExcluded()
-	maps.Copy(excluded, velerocheck.NeverInSandbox)
+	maps.Copy(excluded, sandbox.NeverInSandbox)
 	vout, err := c.Velero.CompareRestore(ctx, vrun, b.Namespace, run.Spec.SandboxNamespace, excluded)
 	if err != nil {
 		return "", err
@@ -394,7 +389,7 @@ func (c *Checker) createRestoreJob(ctx context.Context, run *securityv1.BackupVe
 		if apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("RestoreJob %s was created meanwhile; reading it again", key)
 		}
-		return nil, velerocheck.APIError("creating RestoreJob "+key.String(), err)
+		return nil, backend.APIError("creating RestoreJob "+key.String(), err)
 	}
 	return rj, nil
 }
@@ -413,7 +408,7 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
 			Object: "backups.cozystack.io/RestoreJob " + key.String(), Message: "deleting the verification RestoreJob: " + err.Error()})
 	}
-	return append(out, c.Velero.CleanupSandboxes(ctx, run)...)
+	return append(out, c.Sandbox.Cleanup(ctx, run)...)
 }
 
 // restoreMessage is what the RestoreJob says of its end: its Ready condition's message, or its
@@ -423,4 +418,11 @@ func restoreMessage(rj *backupsv1.RestoreJob) string {
 		return c.Message
 	}
 	return rj.Status.Message
+}
+
+var _ backend.Restorer = (*Checker)(nil)
+
+// Waiting names the RestoreJob a full-restore in progress waits for.
+func (c *Checker) Waiting(run *securityv1.BackupVerifyRun) string {
+	return "RestoreJob " + RestoreJobName(run)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -52,16 +51,6 @@ func NewStore(endpoint, region, accessKeyID, secretAccessKey string, caPEM []byt
 	}
 	c.SetAppInfo("coffer-verifier", "v1alpha1")
 	return &Store{Endpoint: endpoint, client: c}, nil
-}
-
-// ParseS3URI splits s3://bucket/key.
-func ParseS3URI(uri string) (bucket, key string, err error) {
-	rest, ok := strings.CutPrefix(uri, "s3://")
-	bucket, key, _ = strings.Cut(rest, "/")
-	if !ok || bucket == "" || key == "" {
-		return "", "", fmt.Errorf("artifact URI %q is not s3://bucket/key", uri)
-	}
-	return bucket, key, nil
 }
 
 // errObjectMissing is the store's definite answer that the object does not exist.

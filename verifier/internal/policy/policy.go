@@ -37,15 +37,6 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=get;list;watch
 
-// Condition and reasons of a BackupVerifyPolicy.
-const (
-	ConditionReady = "Ready"
-	// ReasonActive: the policy's selectors are valid and it creates runs.
-	ReasonActive = "Active"
-	// ReasonInvalidSelector: a selector does not parse; the message quotes the parser.
-	ReasonInvalidSelector = "InvalidSelector"
-)
-
 // BackupPlanIndex indexes Backups by spec.planRef.name.
 const BackupPlanIndex = "spec.planRef.name"
 
@@ -93,9 +84,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	if err != nil {
-		r.setReady(pol, metav1.ConditionFalse, ReasonInvalidSelector, err.Error())
+		r.setReady(pol, metav1.ConditionFalse, securityv1.ReasonInvalidSelector, err.Error())
 	} else {
-		r.setReady(pol, metav1.ConditionTrue, ReasonActive, fmt.Sprintf("verifying the Backups of %d Plan(s)", pol.Status.Plans))
+		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, fmt.Sprintf("verifying the Backups of %d Plan(s)", pol.Status.Plans))
 	}
 	pol.Status.ObservedGeneration = pol.Generation
 	if err := r.Client.Status().Patch(ctx, pol, client.MergeFrom(orig)); err != nil {
@@ -120,7 +111,7 @@ func selector(s *metav1.LabelSelector) (labels.Selector, error) {
 }
 
 func (r *Reconciler) setReady(pol *securityv1.BackupVerifyPolicy, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&pol.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: status, Reason: reason,
+	meta.SetStatusCondition(&pol.Status.Conditions, metav1.Condition{Type: securityv1.ConditionReady, Status: status, Reason: reason,
 		Message: msg, ObservedGeneration: pol.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now())})
 }
 

@@ -34,7 +34,6 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
-	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
 
 // The suite installs only the verifier's CRDs; the coffer backend verifies Coffer's own Backups,
@@ -70,7 +69,8 @@ func cofferHarness(t *testing.T) *harness {
 	h := newHarness(t)
 	store, err := coffercheck.NewStore(stack.S3URL(), "us-east-1", velerostack.AccessKey, velerostack.SecretKey, stack.CACert)
 	require.NoError(t, err)
-	h.r.Coffer = &coffercheck.Checker{Reader: cl, Client: cl, Velero: h.r.Velero, Store: store}
+	// One Maker for both backends, as cmd/verifier has it: a BeforeDiff hook set on it runs for both.
+	h.r.Backends[securityv1.BackendCoffer] = &coffercheck.Checker{Reader: cl, Client: cl, Velero: h.velero(), Sandbox: h.velero().Sandbox, Store: store}
 	return h
 }
 
@@ -172,10 +172,10 @@ func assertVerdict(t *testing.T, b *backupsv1.Backup, run *securityv1.BackupVeri
 func assertMismatch(t *testing.T, run *securityv1.BackupVerifyRun) {
 	t.Helper()
 	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
-	ready := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady)
+	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
 	require.NotNil(t, ready, "conditions: %v", run.Status.Conditions)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)
-	assert.Equal(t, verifyrun.ReasonBackupVerifyMismatch, ready.Reason)
+	assert.Equal(t, securityv1.ReasonBackupVerifyMismatch, ready.Reason)
 	ev := securityEvents(t, run)
 	require.Len(t, ev[securityv1.EventBackupVerifyMismatch], 1, "events: %v", ev)
 	mm := ev[securityv1.EventBackupVerifyMismatch][0]
@@ -208,10 +208,10 @@ func TestCofferChecksumOnly(t *testing.T) {
 		h.finish(run)
 		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
 		assert.Equal(t, securityv1.SeverityInfo, run.Status.WorstSeverity)
-		ready := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady)
+		ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
 		require.NotNil(t, ready)
 		assert.Equal(t, metav1.ConditionTrue, ready.Status)
-		assert.Equal(t, verifyrun.ReasonBackupVerifyCompleted, ready.Reason)
+		assert.Equal(t, securityv1.ReasonBackupVerifyCompleted, ready.Reason)
 
 		res := result(t, run)
 		assert.Equal(t, run.UID, res.Spec.RunRef.UID)
@@ -222,7 +222,7 @@ func TestCofferChecksumOnly(t *testing.T) {
 		assert.Equal(t, int64(len(data)), res.Spec.SizeBytes)
 		require.Equal(t, []string{securityv1.CodeChecksumMatch}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
 		assert.Equal(t, "backups.cozystack.io/Backup default/"+name, res.Spec.Findings[0].Object)
-		assert.Empty(t, res.Spec.Details[verifyrun.DetailFailure])
+		assert.Empty(t, res.Spec.Details[securityv1.DetailFailure])
 
 		ev := securityEvents(t, run)
 		assert.Len(t, ev[securityv1.EventBackupVerifyStarted], 1)
@@ -316,7 +316,7 @@ func TestCofferArtifactMissing(t *testing.T) {
 	assert.Equal(t, securityv1.SeverityHigh, res.Spec.Findings[0].Severity)
 	assert.Contains(t, res.Spec.Findings[0].Message, art.URI)
 	assert.Empty(t, res.Spec.ComputedChecksum, "nothing was read")
-	assert.Empty(t, res.Spec.Details[verifyrun.DetailFailure], "a verdict, not a failure to verify")
+	assert.Empty(t, res.Spec.Details[securityv1.DetailFailure], "a verdict, not a failure to verify")
 	assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch)
 
 	// A missing bucket is as definite an answer.
@@ -346,7 +346,7 @@ func TestCofferBackupNotFound(t *testing.T) {
 	require.Equal(t, []string{securityv1.CodeBackupNotFound}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
 	assert.Equal(t, securityv1.SeverityMedium, r.Spec.Findings[0].Severity)
 	assert.Equal(t, "backups.cozystack.io/Backup default/"+name, r.Spec.Findings[0].Object)
-	assert.Contains(t, r.Spec.Details[verifyrun.DetailFailure], "does not exist")
+	assert.Contains(t, r.Spec.Details[securityv1.DetailFailure], "does not exist")
 	assert.Contains(t, run.Status.Message, "does not exist")
 	assert.NotContains(t, run.Status.Message, "terminal error")
 	err := cl.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &backupsv1.Backup{})
@@ -398,7 +398,7 @@ func TestCofferVeleroMadeBackup(t *testing.T) {
 	t.Run("the tarball matches", func(t *testing.T) {
 		b := cofferBackup(t, ns, velerodriverv1.Group, dm, backupsv1.BackupReady, art)
 		h := cofferHarness(t)
-		h.r.Coffer.Store = nil // not needed: Velero serves the tarball
+		h.coffer().Store = nil // not needed: Velero serves the tarball
 		run := cofferRun(t, ns, b.Name, string(b.UID))
 		h.finish(run)
 		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
@@ -452,7 +452,7 @@ func TestCofferVeleroMadeBackup(t *testing.T) {
 		}})
 		b := cofferBackup(t, ns+"-nocrd", velerodriverv1.Group, dm, backupsv1.BackupReady, art)
 		h := cofferHarness(t)
-		h.r.Velero.Reader = noVelero
+		h.velero().Reader = noVelero
 		run := cofferRun(t, ns+"-nocrd", b.Name, string(b.UID))
 		h.finish(run)
 		assertVerifyFailed(t, run)

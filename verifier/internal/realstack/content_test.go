@@ -141,7 +141,7 @@ func TestFullRestoreComparesContent(t *testing.T) {
 // namespace ns into sandbox is over; it returns how many times the diff called it.
 func tamperBeforeDiff(t *testing.T, h *harness, ns, sandbox string) *int {
 	called := new(int)
-	h.r.Velero.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) {
+	h.velero().Sandbox.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) {
 		*called++
 		require.Equal(t, map[string]string{ns: sandbox}, sandboxes, "the source namespace, restored into the sandbox")
 		tamper(t, sandbox)

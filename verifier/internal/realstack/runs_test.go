@@ -54,12 +54,12 @@ func sampleCount(t *testing.T, name string) uint64 {
 func assertVerifyFailed(t *testing.T, run *securityv1.BackupVerifyRun) {
 	t.Helper()
 	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
-	ready := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady)
+	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
 	require.NotNil(t, ready, "conditions: %v", run.Status.Conditions)
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)
-	assert.Equal(t, verifyrun.ReasonBackupVerifyFailed, ready.Reason)
+	assert.Equal(t, securityv1.ReasonBackupVerifyFailed, ready.Reason)
 	assert.Equal(t, run.Generation, ready.ObservedGeneration)
-	progressing := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionProgressing)
+	progressing := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionProgressing)
 	require.NotNil(t, progressing)
 	assert.Equal(t, metav1.ConditionFalse, progressing.Status)
 	ev := securityEvents(t, run)
@@ -69,7 +69,7 @@ func assertVerifyFailed(t *testing.T, run *securityv1.BackupVerifyRun) {
 	assert.Empty(t, ev[securityv1.EventBackupVerifyCompleted])
 	res := result(t, run)
 	assert.False(t, securityv1.WorstSeverity(res.Spec.Findings).AtLeast(securityv1.SeverityHigh), "no finding claims anything about the backup: %v", res.Spec.Findings)
-	assert.NotEmpty(t, res.Spec.Details[verifyrun.DetailFailure])
+	assert.NotEmpty(t, res.Spec.Details[securityv1.DetailFailure])
 	assert.Equal(t, securityv1.EventBackupVerifyFailed, securityv1.TerminalEventType(run.Status.Phase, res.Spec.Findings), "the event the Result calls for")
 }
 
@@ -174,10 +174,10 @@ func TestStartedEventSurvivesAFailedEmit(t *testing.T) {
 	ev := securityEvents(t, run)
 	assert.Len(t, ev[securityv1.EventBackupVerifyStarted], 1, "exactly one BackupVerifyStarted")
 	assert.Len(t, ev[securityv1.EventBackupVerifyCompleted], 1)
-	ready := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady)
+	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
 	require.NotNil(t, ready)
 	assert.Equal(t, metav1.ConditionTrue, ready.Status)
-	assert.Equal(t, verifyrun.ReasonBackupVerifyCompleted, ready.Reason)
+	assert.Equal(t, securityv1.ReasonBackupVerifyCompleted, ready.Reason)
 }
 
 // TestEtcdCheckKilled: the child process of the etcd check is killed by SIGKILL, as the OOM
@@ -227,9 +227,9 @@ func TestVeleroBackupReadErrors(t *testing.T) {
 			run := veleroRun(t, "re-pass-"+string(rune('a'+i)), vb.Name, securityv1.ModeChecksumOnly, "")
 			res := h.step(run)
 			assert.Equal(t, securityv1.RunRunning, run.Status.Phase)
-			c := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionProgressing)
+			c := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionProgressing)
 			require.NotNil(t, c)
-			assert.Equal(t, verifyrun.ReasonRetrying, c.Reason)
+			assert.Equal(t, securityv1.ReasonRetrying, c.Reason)
 			assert.Contains(t, c.Message, tt.hint)
 			assert.Positive(t, res.RequeueAfter)
 			assert.LessOrEqual(t, res.RequeueAfter, verifyrun.RetryMax, "backs off, never a 1 ms requeue, never past the deadline")
@@ -308,7 +308,7 @@ func TestTimeoutHoldsOnVeleroPaths(t *testing.T) {
 	for i, m := range []securityv1.Mode{securityv1.ModeChecksumOnly, securityv1.ModeFullRestore} {
 		t.Run(string(m), func(t *testing.T) {
 			h := newHarness(t)
-			h.r.Velero.HTTP = &http.Client{Transport: stallingTransport{}}
+			h.velero().HTTP = &http.Client{Transport: stallingTransport{}}
 			run := newRun(t, "stall-"+string(rune('a'+i)), securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
 				BackupRef: securityv1.BackupRef{Name: vb.Name, Namespace: velerostack.Namespace}, Mode: m, SandboxNamespace: ns + "-" + string(rune('a'+i)) + "-bvsandbox",
 				Timeout: &metav1.Duration{Duration: timeout}})

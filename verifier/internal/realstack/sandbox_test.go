@@ -26,6 +26,7 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	bvsandbox "github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
 
@@ -113,19 +114,19 @@ func TestInertSandboxUnderShippedRBAC(t *testing.T) {
 
 	sb := &corev1.Namespace{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: sandbox}, sb))
-	for k, v := range velerocheck.PodSecurityLabels {
+	for k, v := range bvsandbox.PodSecurityLabels {
 		assert.Equal(t, v, sb.Labels[k], "Pod Security label %s", k)
 	}
 	assert.Equal(t, string(run.UID), sb.Labels[securityv1.LabelRunUID])
 	np := &networkingv1.NetworkPolicy{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: velerocheck.SandboxNetworkPolicy}, np))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: bvsandbox.NetworkPolicy}, np))
 	assert.Empty(t, np.Spec.PodSelector.MatchLabels, "every pod of the sandbox")
 	assert.ElementsMatch(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
 	assert.Empty(t, np.Spec.Ingress, "no ingress allowed")
 	assert.Empty(t, np.Spec.Egress, "no egress allowed")
 	rb := &rbacv1.RoleBinding{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: velerocheck.SandboxRole}, rb))
-	assert.Equal(t, velerocheck.SandboxRole, rb.RoleRef.Name)
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: sandbox, Name: bvsandbox.Role}, rb))
+	assert.Equal(t, bvsandbox.Role, rb.RoleRef.Name)
 	assert.Equal(t, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: verifierSA.Namespace, Name: verifierSA.Name}}, rb.Subjects)
 
 	vr := &velerov1.Restore{}
@@ -194,7 +195,7 @@ func TestVerifierConfinedToSandboxes(t *testing.T) {
 	assert.True(t, apierrors.IsForbidden(err), "no read outside sandboxes at all: %v", err)
 
 	labels := map[string]string{securityv1.LabelRunUID: "0000-test"}
-	for k, v := range velerocheck.PodSecurityLabels {
+	for k, v := range bvsandbox.PodSecurityLabels {
 		labels[k] = v
 	}
 	own := uniq("own") + securityv1.SandboxSuffix
@@ -223,18 +224,18 @@ func TestVerifierConfinedToSandboxes(t *testing.T) {
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: []rbacv1.Subject{subject}}
 	}
 	self := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: verifierSA.Namespace, Name: verifierSA.Name}
-	refusedByPolicy(t, func() error { return sa.Create(ctx, binding(prod, velerocheck.SandboxRole, self)) },
+	refusedByPolicy(t, func() error { return sa.Create(ctx, binding(prod, bvsandbox.Role, self)) },
 		"bind itself outside its sandboxes")
-	refusedByPolicy(t, func() error { return sa.Create(ctx, binding(foreign, velerocheck.SandboxRole, self)) },
+	refusedByPolicy(t, func() error { return sa.Create(ctx, binding(foreign, bvsandbox.Role, self)) },
 		"bind itself in a -bvsandbox namespace without a run's UID")
 	refusedByPolicy(t, func() error {
-		return sa.Create(ctx, binding(own, velerocheck.SandboxRole, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: own, Name: "default"}))
+		return sa.Create(ctx, binding(own, bvsandbox.Role, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: own, Name: "default"}))
 	}, "bind another subject")
 	for _, role := range []string{"admin", "cluster-admin", "coffer-verifier"} {
 		err := sa.Create(ctx, binding(own, role, self))
 		assert.True(t, apierrors.IsForbidden(err), "bind ClusterRole %s in its sandbox: %v", role, err)
 	}
-	require.NoError(t, sa.Create(ctx, binding(own, velerocheck.SandboxRole, self)), "its own binding in its own sandbox")
+	require.NoError(t, sa.Create(ctx, binding(own, bvsandbox.Role, self)), "its own binding in its own sandbox")
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		err := sa.Get(ctx, client.ObjectKey{Namespace: own, Name: "kube-root-ca.crt"}, &corev1.ConfigMap{})
 		return err == nil || apierrors.IsNotFound(err), nil

@@ -112,7 +112,7 @@ func TestPresignedURLNeverLeaks(t *testing.T) {
 	rec := events.NewFakeRecorder(100)
 	h := newHarness(t)
 	h.r.Recorder = rec
-	h.r.Velero.HTTP = &http.Client{Transport: resetTransport{}}
+	h.velero().HTTP = &http.Client{Transport: resetTransport{}}
 	run := veleroRun(t, "leak", vb.Name, securityv1.ModeChecksumOnly, "")
 	key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)}
 	_, err := h.r.Reconcile(ctx, key)

@@ -34,6 +34,10 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
+	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
+	bvsandbox "github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
@@ -110,19 +114,35 @@ func newHarness(t testing.TB) *harness {
 // reconciler is a fresh instance, as after a restart; reader lets tests inject faults.
 func (h *harness) reconciler(reader client.Reader) *verifyrun.Reconciler {
 	return &verifyrun.Reconciler{
-		Client:          cl,
-		Velero:          &velerocheck.Checker{Reader: reader, Client: cl, DownloadTimeout: time.Minute, ServiceAccount: verifierSA},
-		Clock:           h.clock,
-		Recorder:        &events.FakeRecorder{},
-		EtcdSnapshotDir: snapDir,
-		ClusterID:       "c-123", ClusterName: "test",
+		Client: cl,
+		Backends: map[securityv1.Backend]backend.Backend{
+			securityv1.BackendVelero: &velerocheck.Checker{Reader: reader, Client: cl, DownloadTimeout: time.Minute,
+				Sandbox: &bvsandbox.Maker{Reader: reader, Client: cl, ServiceAccount: verifierSA}},
+			securityv1.BackendEtcdSnapshot: &etcdsnap.Backend{Dir: snapDir},
+		},
+		Clock:     h.clock,
+		Recorder:  &events.FakeRecorder{},
+		ClusterID: "c-123", ClusterName: "test",
 	}
 }
 
-// step reconciles once.
+// velero is the reconciler's velero backend.
+func (h *harness) velero() *velerocheck.Checker {
+	return h.r.Backends[securityv1.BackendVelero].(*velerocheck.Checker)
+}
+
+// coffer is the reconciler's coffer backend (cofferHarness).
+func (h *harness) coffer() *coffercheck.Checker {
+	return h.r.Backends[securityv1.BackendCoffer].(*coffercheck.Checker)
+}
+
+// step reconciles once, and then the verdict controller, as the verifier's manager runs both.
 func (h *harness) step(run *securityv1.BackupVerifyRun) reconcile.Result {
 	h.t.Helper()
-	res, err := h.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)}
+	res, err := h.r.Reconcile(context.Background(), req)
+	require.NoError(h.t, err)
+	_, err = (&verifyrun.VerdictReconciler{Client: cl}).Reconcile(context.Background(), req)
 	require.NoError(h.t, err)
 	require.NoError(h.t, cl.Get(context.Background(), client.ObjectKeyFromObject(run), run))
 	return res

@@ -22,7 +22,6 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
-	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
 
 // cuttingProxy is an HTTP proxy on a random loopback port in front of the stack's MinIO (the Host
@@ -157,9 +156,9 @@ func TestCutDownloadIsRetriedNotAVerdict(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			res := h.step(run)
 			require.Equal(t, securityv1.RunRunning, run.Status.Phase, run.Status.Message)
-			c := meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionProgressing)
+			c := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionProgressing)
 			require.NotNil(t, c)
-			require.Equal(t, verifyrun.ReasonRetrying, c.Reason, c.Message)
+			require.Equal(t, securityv1.ReasonRetrying, c.Reason, c.Message)
 			assert.Contains(t, c.Message, "transport fault")
 			h.clock.Step(res.RequeueAfter)
 		}

@@ -32,8 +32,8 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	bvsandbox "github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
-	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
 
 func veleroRun(t *testing.T, name, backup string, m securityv1.Mode, sandbox string) *securityv1.BackupVerifyRun {
@@ -213,11 +213,11 @@ func TestFullRestore(t *testing.T) {
 	h := newHarness(t)
 	sandbox := ns + "-bvsandbox"
 	var atDiff []string
-	h.r.Velero.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) { atDiff = sandboxHolds(t, sandboxes[ns]) }
+	h.velero().Sandbox.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) { atDiff = sandboxHolds(t, sandboxes[ns]) }
 	run := veleroRun(t, "fr-ok", vb.Name, securityv1.ModeFullRestore, sandbox)
 	res := h.step(run) // Running: the sandbox and the Restore are created in the same pass
 	assert.Equal(t, 10*time.Second, res.RequeueAfter, "polls the Restore every 10 s")
-	assert.Equal(t, verifyrun.ReasonRestoreInProgress, meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionProgressing).Reason)
+	assert.Equal(t, securityv1.ReasonRestoreInProgress, meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionProgressing).Reason)
 	sb := &corev1.Namespace{}
 	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb))
 	assert.Equal(t, string(run.UID), sb.Labels[securityv1.LabelRunUID])
@@ -229,7 +229,7 @@ func TestFullRestore(t *testing.T) {
 	for _, r := range []string{"roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "serviceaccounts", "networkpolicies.networking.k8s.io"} {
 		assert.Contains(t, vr.Spec.ExcludedResources, r)
 	}
-	confined := []string{"NetworkPolicy " + velerocheck.SandboxNetworkPolicy, "ResourceQuota " + velerocheck.SandboxQuota, "RoleBinding " + velerocheck.SandboxRole}
+	confined := []string{"NetworkPolicy " + bvsandbox.NetworkPolicy, "ResourceQuota " + bvsandbox.Quota, "RoleBinding " + bvsandbox.Role}
 	holds := sandboxHolds(t, sandbox)
 	assert.Subset(t, holds, confined, "confined before the Restore")
 
@@ -260,22 +260,22 @@ func TestFullRestore(t *testing.T) {
 	t.Run("tampered sandbox", func(t *testing.T) {
 		h := newHarness(t)
 		sandbox := ns + "-t-bvsandbox"
-		h.r.Velero.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) {
+		h.velero().Sandbox.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) {
 			require.NoError(t, cl.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mallory-edits", Namespace: sandbox},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}}}))
-			require.NoError(t, cl.Delete(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: velerocheck.SandboxNetworkPolicy, Namespace: sandbox}}))
+			require.NoError(t, cl.Delete(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: bvsandbox.NetworkPolicy, Namespace: sandbox}}))
 		}
 		run := veleroRun(t, "fr-tampered", vb.Name, securityv1.ModeFullRestore, sandbox)
 		h.finish(run)
 		r := result(t, run)
 		assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
 		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
-		assert.Equal(t, verifyrun.ReasonBackupVerifyMismatch, meta.FindStatusCondition(run.Status.Conditions, verifyrun.ConditionReady).Reason)
+		assert.Equal(t, securityv1.ReasonBackupVerifyMismatch, meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady).Reason)
 		require.Equal(t, []string{securityv1.CodeSandboxTampered, securityv1.CodeSandboxTampered}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
 		objects := []string{r.Spec.Findings[0].Object, r.Spec.Findings[1].Object}
 		assert.ElementsMatch(t, []string{"rbac.authorization.k8s.io/RoleBinding " + sandbox + "/mallory-edits",
-			"networking.k8s.io/NetworkPolicy " + sandbox + "/" + velerocheck.SandboxNetworkPolicy}, objects, findingsOf(r.Spec.Findings))
+			"networking.k8s.io/NetworkPolicy " + sandbox + "/" + bvsandbox.NetworkPolicy}, objects, findingsOf(r.Spec.Findings))
 		for _, f := range r.Spec.Findings {
 			assert.Equal(t, securityv1.SeverityCritical, f.Severity)
 		}
@@ -295,7 +295,7 @@ func TestFullRestoreOfSeveralNamespaces(t *testing.T) {
 	h.step(run)
 	vr := &velerov1.Restore{}
 	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RestoreName(run)}, vr))
-	want := velerocheck.Sandboxes(run, []string{a, b})
+	want := bvsandbox.Names(run, []string{a, b})
 	assert.Equal(t, want, vr.Spec.NamespaceMapping, "each source namespace maps to its own sandbox")
 	for src, dst := range want {
 		assert.NotEqual(t, src, dst)

@@ -1,8 +1,9 @@
 // Package velerocheck verifies Velero backups for the backup verifier: checksum-only (stream the
 // tarball, recompute SHA-256, compare with the checksum recorded when it was taken) and
-// full-restore (restore into sandbox namespaces the verifier owns, confined and inert (see
-// sandbox.go), diff them with the backup's own resource list, clean up). It writes nothing outside
-// its sandboxes and its own Restore, and reads nothing outside them but Velero's objects.
+// full-restore (restore into sandbox namespaces the verifier owns, confined by package sandbox and
+// inert by the Restore's own settings (sandbox.go), diff them with the backup's own resource list,
+// clean up). It writes nothing outside its sandboxes and its own Restore, and reads nothing
+// outside them but Velero's objects.
 //
 // Findings are facts about the backup. Trouble reaching it (the API server, Velero, the object
 // store) is an error: the caller retries it within the run's timeout, and an error wrapped in
@@ -17,9 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,48 +32,29 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/velerokit/download"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+	"github.com/coffer-backup/coffer/verifier/internal/sandbox"
 )
-
-// Outcome is what one step of a verification established about the backup.
-type Outcome struct {
-	Findings []securityv1.Finding
-	// Done is false while a full-restore's Restore is still running.
-	Done             bool
-	RecordedChecksum string
-	ComputedChecksum string
-	SizeBytes        int64
-	ObjectsExpected  int32
-	ObjectsRestored  int32
-	Details          map[string]string
-}
-
-func (o *Outcome) add(code string, sev securityv1.Severity, object, msg string) {
-	o.Findings = append(o.Findings, securityv1.Finding{Code: code, Severity: sev, Object: object, Message: msg})
-}
 
 // Checker runs Velero verifications.
 type Checker struct {
 	// Reader reads the API server directly, so a missing Velero CRD is an answer, not a stuck cache.
 	Reader client.Reader
-	// Client writes the verifier's own objects (DownloadRequests, the Restore, sandboxes).
+	// Client writes the verifier's own objects (DownloadRequests, the Restore).
 	Client client.Client
+	// Sandbox makes, re-checks and deletes the sandboxes a full-restore restores into (its
+	// BeforeDiff hook runs before each diff). Required for full-restore.
+	Sandbox *sandbox.Maker
 	// HTTP, when set, downloads every file (tests inject faults through it). Unset, each storage
 	// location gets a client of download.NewHTTPClient (timeouts) that trusts its caCert.
 	HTTP            *http.Client
 	DownloadTimeout time.Duration
-	// ServiceAccount is the verifier's own identity, bound to SandboxRole in each sandbox.
-	ServiceAccount types.NamespacedName
-	// BeforeDiff, when set, is called once a full-restore's Restore is over and before the diff
-	// reads the sandboxes (source namespace → sandbox). A test hook: tests change what the
-	// Restore brought back through it.
-	BeforeDiff func(ctx context.Context, sandboxes map[string]string)
 
 	mu      sync.Mutex
 	clients map[[sha256.Size]byte]*http.Client
@@ -87,40 +67,27 @@ func backupNamespace(run *securityv1.BackupVerifyRun) string {
 	return "velero"
 }
 
-// APIError describes trouble with the API server while doing what, and says what to check.
-func APIError(what string, err error) error {
-	hint := "check the API server and the verifier's log"
-	switch {
-	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-		hint = "check the verifier's RBAC (deploy/verifier/rbac): its ServiceAccount must be allowed to do this"
-	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
-		hint = "check the API server's health and load"
-	}
-	return fmt.Errorf("%s: %w; %s", what, err, hint)
-}
-
 // errFileMissing is the object store's definite answer that a file of the backup does not exist.
 var errFileMissing = errors.New("the file does not exist in the object store")
 
 // locate reads the Velero Backup under verification and its storage location. A nil Backup with
 // a nil error means a finding says why the run cannot go on.
-func (c *Checker) locate(ctx context.Context, run *securityv1.BackupVerifyRun, out *Outcome) (*velerov1.Backup, *velerov1.BackupStorageLocation, error) {
+func (c *Checker) locate(ctx context.Context, run *securityv1.BackupVerifyRun, out *backend.Outcome) (*velerov1.Backup, *velerov1.BackupStorageLocation, error) {
 	key := client.ObjectKey{Namespace: backupNamespace(run), Name: run.Spec.BackupRef.Name}
 	vb := &velerov1.Backup{}
 	err := c.Reader.Get(ctx, key, vb)
 	switch {
 	case meta.IsNoMatchError(err):
-		out.add(securityv1.CodeVeleroCRDMissing, securityv1.SeverityHigh, "", "the velero.io/v1 Backup kind is not served: Velero's CRDs are not installed")
+		out.Add(securityv1.CodeVeleroCRDMissing, securityv1.SeverityHigh, "", "the velero.io/v1 Backup kind is not served: Velero's CRDs are not installed")
 		return nil, nil, nil
 	case apierrors.IsNotFound(err):
-		out.add(securityv1.CodeVeleroBackupNotFound, securityv1.SeverityHigh, "velero.io/Backup "+key.String(), fmt.Sprintf("Velero backup %s not found", key))
+		out.Add(securityv1.CodeVeleroBackupNotFound, securityv1.SeverityHigh, "velero.io/Backup "+key.String(), fmt.Sprintf("Velero backup %s not found", key))
 		return nil, nil, nil
 	case err != nil:
-		return nil, nil, APIError("reading velero.io Backup "+key.String(), err)
+		return nil, nil, backend.APIError("reading velero.io Backup "+key.String(), err)
 	}
 	if vb.Status.Phase != velerov1.BackupPhaseCompleted && vb.Status.Phase != velerov1.BackupPhasePartiallyFailed {
-		out.add(securityv1.CodeVeleroBackupNotComplete, securityv1.SeverityHigh, "velero.io/Backup "+key.String(),
+		out.Add(securityv1.CodeVeleroBackupNotComplete, securityv1.SeverityHigh, "velero.io/Backup "+key.String(),
 			fmt.Sprintf("Velero backup %s is %q, not Completed", key, vb.Status.Phase))
 		return nil, nil, nil
 	}
@@ -129,11 +96,11 @@ func (c *Checker) locate(ctx context.Context, run *securityv1.BackupVerifyRun, o
 	err = c.Reader.Get(ctx, bslKey, bsl)
 	switch {
 	case apierrors.IsNotFound(err):
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/BackupStorageLocation "+bslKey.String(),
+		out.Add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, "velero.io/BackupStorageLocation "+bslKey.String(),
 			fmt.Sprintf("the backup's storage location %s does not exist", bslKey))
 		return nil, nil, nil
 	case err != nil:
-		return nil, nil, APIError("reading velero.io BackupStorageLocation "+bslKey.String(), err)
+		return nil, nil, backend.APIError("reading velero.io BackupStorageLocation "+bslKey.String(), err)
 	case bsl.Status.Phase == velerov1.BackupStorageLocationPhaseUnavailable:
 		return nil, nil, fmt.Errorf("BackupStorageLocation %s is Unavailable (%s): Velero cannot reach its object store; check the store and the location's status",
 			bslKey, orNone(bsl.Status.Message))
@@ -171,7 +138,7 @@ func (c *Checker) httpClient(ctx context.Context, bsl *velerov1.BackupStorageLoc
 					return nil, fmt.Errorf("%s: %w; add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)",
 						what, err, ref.Name, bsl.Namespace, StorageCARole)
 				}
-				return nil, APIError(what, err)
+				return nil, backend.APIError(what, err)
 			}
 			if ca = sec.Data[ref.Key]; len(ca) == 0 {
 				return nil, fmt.Errorf("Secret %s/%s named by BackupStorageLocation %s as its caCertRef has no key %q", bsl.Namespace, ref.Name, bsl.Name, ref.Key)
@@ -196,8 +163,8 @@ func (c *Checker) httpClient(ctx context.Context, bsl *velerov1.BackupStorageLoc
 }
 
 // Checksum streams the backup's tarball once and compares its SHA-256 with the recorded one.
-func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (Outcome, error) {
-	out := Outcome{Done: true}
+func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
+	out := backend.Outcome{Done: true}
 	vb, bsl, err := c.locate(ctx, run, &out)
 	if err != nil || vb == nil {
 		return out, err
@@ -205,7 +172,7 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
 	body, done, err := c.open(ctx, run, vb, bsl, "contents", velerov1.DownloadTargetKindBackupContents)
 	if errors.Is(err, errFileMissing) {
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+bsl.Name)
+		out.Add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+bsl.Name)
 		return out, nil
 	}
 	if err != nil {
@@ -220,13 +187,13 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	out.RecordedChecksum = vb.Annotations[backupsv1.AnnotationChecksum]
 	switch {
 	case out.RecordedChecksum == "":
-		out.add(securityv1.CodeChecksumNotRecorded, securityv1.SeverityMedium, object,
+		out.Add(securityv1.CodeChecksumNotRecorded, securityv1.SeverityMedium, object,
 			fmt.Sprintf("no checksum was recorded for this backup (annotation %s); computed %s over %d bytes", backupsv1.AnnotationChecksum, out.ComputedChecksum, d.SizeBytes))
 	case out.RecordedChecksum != out.ComputedChecksum:
-		out.add(securityv1.CodeChecksumMismatch, securityv1.SeverityCritical, object,
+		out.Add(securityv1.CodeChecksumMismatch, securityv1.SeverityCritical, object,
 			fmt.Sprintf("the stored tarball's SHA-256 is %s, but %s was recorded when the backup was taken", out.ComputedChecksum, out.RecordedChecksum))
 	default:
-		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, object,
+		out.Add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, object,
 			fmt.Sprintf("the stored tarball (%d bytes) matches the recorded %s", d.SizeBytes, out.RecordedChecksum))
 	}
 	return out, nil
@@ -271,7 +238,7 @@ func (c *Checker) open(ctx context.Context, run *securityv1.BackupVerifyRun, vb 
 // regeneratedByControllers drops from missing the objects their restored controllers regenerate
 // (see controllers.go; ctrl is read from the backup's tarball) and counts them as restored.
 func (c *Checker) regeneratedByControllers(ctx context.Context, missing []missingObject, ctrl map[objectKey]controllerRef,
-	versions map[schema.GroupKind]string, sr *sandboxRestore, out *Outcome) ([]missingObject, error) {
+	versions map[schema.GroupKind]string, sr *sandboxRestore, out *backend.Outcome) ([]missingObject, error) {
 	left, excluded, err := c.regenerated(ctx, missing, ctrl, versions, sr.mapping, sr.excluded)
 	if err != nil {
 		return nil, err
@@ -281,10 +248,10 @@ func (c *Checker) regeneratedByControllers(ctx context.Context, missing []missin
 	n := len(missing) - len(left) - excluded
 	out.ObjectsRestored += int32(n)
 	out.ObjectsExpected -= int32(excluded)
-	out.detail(DetailLeftToControllers, n)
+	out.Count(DetailLeftToControllers, n)
 	if excluded > 0 {
 		prev, _ := strconv.Atoi(out.Details[DetailObjectsExcluded])
-		out.detail(DetailObjectsExcluded, prev+excluded)
+		out.Count(DetailObjectsExcluded, prev+excluded)
 	}
 	return left, nil
 }
@@ -307,17 +274,6 @@ const (
 	// DetailSuspended counts the restored Jobs and CronJobs the sandbox suspended.
 	DetailSuspended = "workloadsSuspended"
 )
-
-// detail records a positive count in the details.
-func (o *Outcome) detail(key string, n int) {
-	if n <= 0 {
-		return
-	}
-	if o.Details == nil {
-		o.Details = map[string]string{}
-	}
-	o.Details[key] = strconv.Itoa(n)
-}
 
 // errMalformed marks a file of the backup that was read whole and does not decode: a fact.
 var errMalformed = errors.New("malformed")
@@ -396,29 +352,14 @@ type objectRef struct {
 	name string
 }
 
-// Sandboxes maps each source namespace of a backup to its sandbox: the run's sandboxNamespace for a
-// backup of one namespace, else "<sandbox stem>-<source>-bvsandbox" for each, bounded to 63.
-func Sandboxes(run *securityv1.BackupVerifyRun, sources []string) map[string]string {
-	out := map[string]string{}
-	if len(sources) == 1 {
-		out[sources[0]] = run.Spec.SandboxNamespace
-		return out
-	}
-	stem := strings.TrimSuffix(run.Spec.SandboxNamespace, securityv1.SandboxSuffix)
-	for _, src := range sources {
-		out[src] = backupsv1.BoundedName(63-len(securityv1.SandboxSuffix), stem, src) + securityv1.SandboxSuffix
-	}
-	return out
-}
-
 // RestoreName is the verification Restore's name, keyed by the run.
 func RestoreName(run *securityv1.BackupVerifyRun) string {
 	return backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvr", run.Namespace, run.Name)
 }
 
 // FullRestore advances a full-restore: sandboxes, the Restore, and, once it is terminal, the diff.
-func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (Outcome, error) {
-	out := Outcome{Done: true}
+func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
+	out := backend.Outcome{Done: true}
 	vb, bsl, err := c.locate(ctx, run, &out)
 	if err != nil || vb == nil {
 		return out, err
@@ -437,18 +378,18 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		out.Done = false
 		return out, nil
 	case err != nil && !apierrors.IsNotFound(err):
-		return out, APIError("reading Velero restore "+restoreKey.String(), err)
+		return out, backend.APIError("reading Velero restore "+restoreKey.String(), err)
 	}
 	objects, sources, err := c.backupObjects(ctx, run, vb, bsl, &out)
 	if err != nil || objects == nil {
 		return out, err
 	}
-	mapping := Sandboxes(run, sources)
+	mapping := sandbox.Names(run, sources)
 	names := make([]string, 0, len(sources))
 	for _, src := range sources {
 		names = append(names, mapping[src])
 	}
-	if ready, refused, err := c.EnsureSandboxes(ctx, run, names, &out); !ready {
+	if ready, refused, err := c.Sandbox.Ensure(ctx, run, names, &out); !ready {
 		if refused != nil {
 			// The velero backend verifies a Velero backup by name: a sandbox it may not use is
 			// critical, as the spec has it.
@@ -469,14 +410,14 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			return out, reconcile.TerminalError(fmt.Errorf("velero restore %s/%s cannot use the sandbox's resource modifiers (%s); "+
 				"apply deploy/verifier/velero in Velero's namespace %s (ConfigMap %s)", vr.Namespace, vr.Name, v, vr.Namespace, SandboxModifiers))
 		}
-		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+vr.Name,
+		out.Add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+vr.Name,
 			fmt.Sprintf("the restore %s: %s%s", vr.Status.Phase, vr.Status.FailureReason, strings.Join(vr.Status.ValidationErrors, "; ")))
 		return out, nil
 	case velerov1.RestorePhasePartiallyFailed:
-		out.add(securityv1.CodeRestorePartiallyFailed, securityv1.SeverityHigh, "velero.io/Restore "+vr.Name,
+		out.Add(securityv1.CodeRestorePartiallyFailed, securityv1.SeverityHigh, "velero.io/Restore "+vr.Name,
 			fmt.Sprintf("the restore completed with %d error(s) and %d warning(s)", vr.Status.Errors, vr.Status.Warnings))
 	case velerov1.RestorePhaseFailed:
-		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+vr.Name,
+		out.Add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, "velero.io/Restore "+vr.Name,
 			fmt.Sprintf("the restore %s: %s%s", vr.Status.Phase, vr.Status.FailureReason, strings.Join(vr.Status.ValidationErrors, "; ")))
 		return out, nil
 	default:
@@ -495,7 +436,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		if n := out.Details[DetailObjectsExcluded]; n != "" {
 			msg += fmt.Sprintf(" (%s left out on purpose: Pods, DaemonSets and what they own, RBAC, ServiceAccounts and NetworkPolicies)", n)
 		}
-		out.add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name, msg)
+		out.Add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name, msg)
 	}
 	return out, nil
 }
@@ -503,22 +444,22 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 // backupObjects reads the backup's resource list: its namespaced objects by source namespace, and
 // those namespaces. A nil map with a nil error means a finding says why there is nothing to restore.
 func (c *Checker) backupObjects(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
-	out *Outcome) (map[string][]objectRef, []string, error) {
+	out *backend.Outcome) (map[string][]objectRef, []string, error) {
 	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
 	list, err := c.resourceList(ctx, run, vb, bsl)
 	switch {
 	case errors.Is(err, errFileMissing):
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's resource list is missing from its storage location "+bsl.Name)
+		out.Add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's resource list is missing from its storage location "+bsl.Name)
 		return nil, nil, nil
 	case errors.Is(err, errMalformed):
-		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, "the backup's resource list cannot be decoded: "+err.Error())
+		out.Add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, "the backup's resource list cannot be decoded: "+err.Error())
 		return nil, nil, nil
 	case err != nil:
 		return nil, nil, err
 	}
 	objects, sources := namespaced(list)
 	if len(sources) == 0 {
-		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, object, "the backup holds no namespaced objects to restore")
+		out.Add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, object, "the backup holds no namespaced objects to restore")
 		return nil, nil, nil
 	}
 	return objects, sources, nil
@@ -546,8 +487,8 @@ type sandboxRestore struct {
 // controllers regenerate, controllers.go) and identical in content to its copy in the backup
 // (content-mismatch, content.go); the counts go to out's details. A sandbox that is not inert
 // although sr.inert is trouble that ends the run.
-func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, sr *sandboxRestore, out *Outcome) error {
-	if confined, err := c.RecheckSandboxes(ctx, run, sr.mapping, out); err != nil || !confined {
+func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, sr *sandboxRestore, out *backend.Outcome) error {
+	if confined, err := c.Sandbox.Recheck(ctx, run, sr.mapping, out); err != nil || !confined {
 		return err
 	}
 	// The backup's tarball is indexed while the sandbox is read (content.go).
@@ -593,7 +534,7 @@ func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVe
 			case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
 				missing = append(missing, missingObject{gvk: o.gvk, source: src, sandbox: sandbox, name: o.name})
 			default:
-				return APIError(fmt.Sprintf("reading %s from the sandbox", describe(o, sandbox)), err)
+				return backend.APIError(fmt.Sprintf("reading %s from the sandbox", describe(o, sandbox)), err)
 			}
 		}
 	}
@@ -604,16 +545,16 @@ func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVe
 			"must restore workloads with replicas 0 and suspend true", strings.Join(live, "; "), sr.vb.Namespace, SandboxModifiers))
 	}
 	for k, n := range inertCount {
-		out.detail(k, n)
+		out.Count(k, n)
 	}
 	object := "velero.io/Backup " + sr.vb.Namespace + "/" + sr.vb.Name
 	idx, err := content.wait(ctx)
 	switch {
 	case errors.Is(err, errFileMissing):
-		out.add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+sr.bsl.Name)
+		out.Add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+sr.bsl.Name)
 		return nil
 	case errors.Is(err, errTarball):
-		out.add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, err.Error())
+		out.Add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, object, err.Error())
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading the backup's tarball to compare the sandbox with it: %w", err)
@@ -633,7 +574,7 @@ func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVe
 		}
 		missing = left
 		out.ObjectsExpected -= int32(tokens)
-		out.detail(DetailObjectsExcluded, atoiOr0(out.Details[DetailObjectsExcluded])+tokens)
+		out.Count(DetailObjectsExcluded, atoiOr0(out.Details[DetailObjectsExcluded])+tokens)
 	}
 	if len(missing) > 0 {
 		versions := map[schema.GroupKind]string{}
@@ -648,27 +589,10 @@ func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVe
 		}
 	}
 	for _, m := range missing {
-		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(objectRef{gvk: m.gvk, name: m.name}, m.sandbox),
+		out.Add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, describe(objectRef{gvk: m.gvk, name: m.name}, m.sandbox),
 			fmt.Sprintf("%s %s/%s of the backup is missing from the sandbox", m.gvk.Kind, m.source, m.name))
 	}
 	return nil
-}
-
-// RecheckSandboxes is the last step before a diff reads the sandboxes of a finished restore
-// (source namespace → sandbox): the BeforeDiff hook, then CheckSandboxes. It reports whether every
-// sandbox is still confined; when one is not, its sandbox-tampered findings are in out and
-// nothing is compared.
-func (c *Checker) RecheckSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, mapping map[string]string, out *Outcome) (bool, error) {
-	if c.BeforeDiff != nil {
-		c.BeforeDiff(ctx, mapping)
-	}
-	names := slices.Sorted(maps.Values(mapping))
-	tampered, err := c.CheckSandboxes(ctx, run, names)
-	if err != nil {
-		return false, err
-	}
-	out.Findings = append(out.Findings, tampered...)
-	return len(tampered) == 0, nil
 }
 
 // CompareRestore diffs a sandbox that another restore of the Velero backup run.Spec.BackupRef
@@ -678,8 +602,8 @@ func (c *Checker) RecheckSandboxes(ctx context.Context, run *securityv1.BackupVe
 // Velero resource names). Its workloads are not expected inert (the caller keeps them from
 // starting pods). Findings (object-missing, content-mismatch, and those of FullRestore's reading
 // of the backup) and details are FullRestore's.
-func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVerifyRun, source, sandbox string, excluded map[schema.GroupKind]string) (Outcome, error) {
-	out := Outcome{Done: true}
+func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVerifyRun, source, sandbox string, excluded map[schema.GroupKind]string) (backend.Outcome, error) {
+	out := backend.Outcome{Done: true}
 	vb, bsl, err := c.locate(ctx, run, &out)
 	if err != nil || vb == nil {
 		return out, err
@@ -689,7 +613,7 @@ func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVeri
 		return out, err
 	}
 	if len(objects[source]) == 0 {
-		out.add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, "velero.io/Backup "+vb.Namespace+"/"+vb.Name,
+		out.Add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, "velero.io/Backup "+vb.Namespace+"/"+vb.Name,
 			fmt.Sprintf("the backup holds no namespaced objects of namespace %s to restore", source))
 		return out, nil
 	}
@@ -728,7 +652,7 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 		return vr, nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, APIError("reading velero restore "+key.String(), err)
+		return nil, backend.APIError("reading velero restore "+key.String(), err)
 	}
 	noCluster := false
 	vr = &velerov1.Restore{
@@ -745,7 +669,7 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 		},
 	}
 	if err := c.Client.Create(ctx, vr); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, APIError("creating velero restore "+key.String(), err)
+		return nil, backend.APIError("creating velero restore "+key.String(), err)
 	}
 	return vr, nil
 }
@@ -765,26 +689,12 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
 			Object: "velero.io/Restore " + key.Name, Message: "deleting the verification restore: " + err.Error()})
 	}
-	return append(out, c.CleanupSandboxes(ctx, run)...)
+	return append(out, c.Sandbox.Cleanup(ctx, run)...)
 }
 
-// CleanupSandboxes deletes the -bvsandbox namespaces carrying the run's UID, best-effort: each
-// failure is a finding.
-func (c *Checker) CleanupSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
-	var out []securityv1.Finding
-	nss := &corev1.NamespaceList{}
-	if err := c.Reader.List(ctx, nss, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
-		return append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow, Message: "listing sandboxes: " + err.Error()})
-	}
-	for i := range nss.Items {
-		ns := &nss.Items[i]
-		if !strings.HasSuffix(ns.Name, securityv1.SandboxSuffix) {
-			continue
-		}
-		if err := c.Client.Delete(ctx, ns, client.Preconditions{UID: &ns.UID}); err != nil && !apierrors.IsNotFound(err) {
-			out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
-				Object: "core/Namespace " + ns.Name, Message: "deleting the sandbox: " + err.Error()})
-		}
-	}
-	return out
+var _ backend.Restorer = (*Checker)(nil)
+
+// Waiting names the Velero Restore a full-restore in progress waits for.
+func (c *Checker) Waiting(run *securityv1.BackupVerifyRun) string {
+	return "velero restore " + RestoreName(run)
 }

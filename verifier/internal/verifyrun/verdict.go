@@ -3,33 +3,84 @@ package verifyrun
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 )
 
-// recordVerdict writes a coffer run's verdict on its Backup (contract BK-10): the mode's entry of
+// VerdictReconciler records the verdict of each ended run of the coffer backend on its Backup
+// (contract BK-10): the verdict is the run's outcome, read from its terminal status (Ready's
+// reason, its message, its completionTime) and its Result. It is a controller of its own, so the
+// run reconciler writes nothing but the run, its Result and its SecurityEvents; it acts on ended
+// coffer runs only, and again for each of them when the verifier starts (recording a verdict
+// twice changes nothing).
+type VerdictReconciler struct {
+	Client client.Client
+}
+
+// Reconcile records the verdict of one ended coffer run.
+func (r *VerdictReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	run := &securityv1.BackupVerifyRun{}
+	if err := r.Client.Get(ctx, req.NamespacedName, run); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
+	if !endedCofferRun(run) || ready == nil || run.Status.ResultRef == "" || run.Status.CompletionTime == nil {
+		return reconcile.Result{}, nil
+	}
+	res := &securityv1.BackupVerifyResult{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res); err != nil {
+		// A Result deleted since is no verdict to record.
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if res.Spec.RunRef.UID != run.UID {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, recordVerdict(ctx, r.Client, run, res, ready.Reason, run.Status.Message, *run.Status.CompletionTime)
+}
+
+func endedCofferRun(run *securityv1.BackupVerifyRun) bool {
+	return run.Spec.Backend == securityv1.BackendCoffer && run.Status.Phase.IsTerminal()
+}
+
+// SetupWithManager registers the verdict controller: it sees ended coffer runs (their status
+// writes included, which the run reconciler does not watch).
+func (r *VerdictReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("backupverifyrun-verdict").
+		For(&securityv1.BackupVerifyRun{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			run, ok := o.(*securityv1.BackupVerifyRun)
+			return ok && endedCofferRun(run)
+		}))).
+		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
+		Complete(r)
+}
+
+// recordVerdict writes a coffer run's verdict on its Backup: the mode's entry of
 // status.verification and the Verified condition, in one optimistic write. A run that could not be
 // carried out (BackupVerifyFailed) is no verdict and writes nothing; neither does a run whose
 // Backup is gone or was replaced (another UID than the one the run was made for), nor an older
-// verdict than the one recorded. Writing the same verdict twice changes nothing, so a crash before
-// the run's terminal status repeats it harmlessly.
-func (r *Reconciler) recordVerdict(ctx context.Context, s *scope, res *securityv1.BackupVerifyResult, eventType, msg string) error {
-	run := s.run
+// verdict than the one recorded. Writing the same verdict twice changes nothing.
+func recordVerdict(ctx context.Context, c client.Client, run *securityv1.BackupVerifyRun, res *securityv1.BackupVerifyResult, eventType, msg string, now metav1.Time) error {
 	if run.Spec.Backend != securityv1.BackendCoffer || eventType == securityv1.EventBackupVerifyFailed || saysNothingOfTheBackup(res) {
 		return nil
 	}
-	key := coffercheck.BackupKey(run)
+	key := run.CofferBackup()
 	b := &backupsv1.Backup{}
-	if err := r.Client.Get(ctx, key, b); err != nil {
+	if err := c.Get(ctx, key, b); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -38,7 +89,7 @@ func (r *Reconciler) recordVerdict(ctx context.Context, s *scope, res *securityv
 	if uid := run.Labels[securityv1.LabelBackupUID]; uid != "" && uid != string(b.UID) {
 		return nil
 	}
-	verdict := &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: s.now,
+	verdict := &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: now,
 		ResultRef: &backupsv1.VerificationResultRef{Namespace: res.Namespace, Name: res.Name}, Message: truncate(msg, 1024)}
 	if eventType == securityv1.EventBackupVerifyMismatch {
 		verdict.Result = backupsv1.VerificationFailed
@@ -51,7 +102,7 @@ func (r *Reconciler) recordVerdict(ctx context.Context, s *scope, res *securityv
 	if mode(run) == securityv1.ModeFullRestore {
 		slot = &b.Status.Verification.FullRestore
 	}
-	if old := *slot; old != nil && (old.ResultRef != nil && *old.ResultRef == *verdict.ResultRef || old.Time.After(s.now.Time)) {
+	if old := *slot; old != nil && (old.ResultRef != nil && *old.ResultRef == *verdict.ResultRef || old.Time.After(now.Time)) {
 		return nil
 	}
 	if verdict.Result == backupsv1.VerificationFailed {
@@ -64,9 +115,9 @@ func (r *Reconciler) recordVerdict(ctx context.Context, s *scope, res *securityv
 	*slot = verdict
 	cond := VerifiedCondition(b.Status.Verification)
 	cond.ObservedGeneration = b.Generation
-	cond.LastTransitionTime = s.now
+	cond.LastTransitionTime = now
 	meta.SetStatusCondition(&b.Status.Conditions, cond)
-	if err := r.Client.Status().Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := c.Status().Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -161,7 +161,7 @@ func (f *verdictFixture) run(name string, m securityv1.Mode) *securityv1.BackupV
 // the run).
 func (f *verdictFixture) record(r *Reconciler, run *securityv1.BackupVerifyRun, at time.Time, eventType, msg string) error {
 	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)}}
-	return r.recordVerdict(f.ctx, &scope{run: run, orig: run.DeepCopy(), now: metav1.NewTime(at)}, res, eventType, msg)
+	return recordVerdict(f.ctx, r.Client, run, res, eventType, msg, metav1.NewTime(at))
 }
 
 func (f *verdictFixture) get() *backupsv1.Backup {
@@ -376,7 +376,7 @@ func TestTamperedSandboxIsNoVerdict(t *testing.T) {
 	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)},
 		Spec: securityv1.BackupVerifyResultSpec{Findings: []securityv1.Finding{{Code: securityv1.CodeSandboxTampered, Severity: securityv1.SeverityCritical}}}}
 	rv := f.get().ResourceVersion
-	require.NoError(t, f.r.recordVerdict(f.ctx, &scope{run: run, orig: run.DeepCopy(), now: metav1.NewTime(v0)}, res, securityv1.EventBackupVerifyMismatch, "sandbox tampered"))
+	require.NoError(t, recordVerdict(f.ctx, f.r.Client, run, res, securityv1.EventBackupVerifyMismatch, "sandbox tampered", metav1.NewTime(v0)))
 	b := f.get()
 	assert.Equal(t, rv, b.ResourceVersion, "nothing written")
 	assert.Nil(t, b.Status.Verification)

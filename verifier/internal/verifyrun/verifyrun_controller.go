@@ -27,10 +27,8 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
-	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
 	"github.com/coffer-backup/coffer/verifier/internal/metrics"
-	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
 
 // DefaultTimeout bounds a run whose spec sets none.
@@ -54,45 +52,16 @@ const CleanupTimeout = 30 * time.Second
 // Source is the SecurityEvent source of the verifier.
 const Source = "ugallu-backup-verify"
 
-// Condition types of a BackupVerifyRun and their reasons (UpperCamel).
-const (
-	// ConditionReady is written when the run ends: True when it Succeeded, False when it Failed.
-	// Its reason is the run's terminal SecurityEvent type (the Reason* constants below).
-	ConditionReady = "Ready"
-	// ConditionProgressing is True while the run is Running, with a reason saying what it does,
-	// and False once it ended, with Ready's reason.
-	ConditionProgressing = "Progressing"
-
-	// ReasonVerifying: the backend is being checked.
-	ReasonVerifying = "Verifying"
-	// ReasonRestoreInProgress: a full-restore waits for its Velero Restore (polled every 10 s).
-	ReasonRestoreInProgress = "RestoreInProgress"
-	// ReasonRetrying: the last attempt met infrastructure trouble (the message says which and
-	// what to check); it is retried with backoff until the run's timeout.
-	ReasonRetrying = "Retrying"
-	// ReasonBackupVerifyCompleted: the run Succeeded; no finding is high or worse.
-	ReasonBackupVerifyCompleted = securityv1.EventBackupVerifyCompleted
-	// ReasonBackupVerifyMismatch: the run Failed on a finding of high or worse about the backup.
-	ReasonBackupVerifyMismatch = securityv1.EventBackupVerifyMismatch
-	// ReasonBackupVerifyFailed: the run Failed without such a finding: the verification could not
-	// be carried out (infrastructure trouble a retry cannot fix, or the timeout passed).
-	ReasonBackupVerifyFailed = securityv1.EventBackupVerifyFailed
-)
-
-// DetailFailure is the key, in a Result's details, of why its run could not be carried out
-// (BackupVerifyFailed). A crash after the Result was written resumes from it.
-const DetailFailure = "failure"
-
-// Reconciler runs one BackupVerifyRun.
+// Reconciler runs one BackupVerifyRun: the lifecycle every backend shares, around the checks of
+// the run's backend.
 type Reconciler struct {
 	Client client.Client
-	Velero *velerocheck.Checker
-	// Coffer verifies backups.cozystack.io Backups (the coffer backend).
-	Coffer   *coffercheck.Checker
-	Clock    clock.PassiveClock
-	Recorder events.EventRecorder
-	// EtcdSnapshotDir is --etcd-snapshot-dir.
-	EtcdSnapshotDir        string
+	// Backends verify the runs of each spec.backend; a run of a backend missing here fails
+	// BackendNotConfigured, and a full-restore of a backend that is no backend.Restorer fails
+	// ModeNotSupported.
+	Backends               map[securityv1.Backend]backend.Backend
+	Clock                  clock.PassiveClock
+	Recorder               events.EventRecorder
 	ClusterID, ClusterName string
 
 	backoffOnce sync.Once
@@ -161,7 +130,7 @@ func (r *Reconciler) start(ctx context.Context, run *securityv1.BackupVerifyRun,
 	orig := run.DeepCopy()
 	run.Status.Phase = securityv1.RunRunning
 	run.Status.StartTime = &now
-	setCondition(run, ConditionProgressing, metav1.ConditionTrue, ReasonVerifying,
+	setCondition(run, securityv1.ConditionProgressing, metav1.ConditionTrue, securityv1.ReasonVerifying,
 		fmt.Sprintf("verifying %s backup %s (%s)", run.Spec.Backend, run.Spec.BackupRef.Name, mode(run)), now)
 	if err := r.Client.Status().Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording the run's start: %w", err)
@@ -188,7 +157,7 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 	}
 
 	remaining := s.deadline.Sub(s.now.Time)
-	var out velerocheck.Outcome
+	var out backend.Outcome
 	var execErr error
 	expired := remaining <= 0
 	if !expired {
@@ -210,32 +179,28 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 	case execErr != nil:
 		delay := min(r.retryDelay(s.run.UID), r.untilDeadline(s))
 		msg := "retrying in " + delay.Round(time.Second).String() + ": " + message(execErr)
-		if c := meta.FindStatusCondition(s.run.Status.Conditions, ConditionProgressing); c == nil || c.Reason != ReasonRetrying {
+		if c := meta.FindStatusCondition(s.run.Status.Conditions, securityv1.ConditionProgressing); c == nil || c.Reason != securityv1.ReasonRetrying {
 			log.Info("Verification meets infrastructure trouble; retrying until the run's timeout", "error", message(execErr), "retryIn", delay, "deadline", s.deadline)
 		} else {
 			log.V(1).Info("Retrying", "error", message(execErr), "retryIn", delay)
 		}
-		setCondition(s.run, ConditionProgressing, metav1.ConditionTrue, ReasonRetrying, msg, s.now)
+		setCondition(s.run, securityv1.ConditionProgressing, metav1.ConditionTrue, securityv1.ReasonRetrying, msg, s.now)
 		return reconcile.Result{RequeueAfter: delay}, nil
 	case !out.Done:
-		what := "velero restore " + velerocheck.RestoreName(s.run)
-		if s.run.Spec.Backend == securityv1.BackendCoffer {
-			what = "RestoreJob " + coffercheck.RestoreJobName(s.run)
+		what := "the restore"
+		if rs, ok := r.Backends[s.run.Spec.Backend].(backend.Restorer); ok {
+			what = rs.Waiting(s.run)
 		}
 		msg := "waiting for " + what
 		poll := min(PollInterval, r.untilDeadline(s))
 		log.V(1).Info("Restore in progress", "restore", what, "pollIn", poll)
-		setCondition(s.run, ConditionProgressing, metav1.ConditionTrue, ReasonRestoreInProgress, msg, s.now)
+		setCondition(s.run, securityv1.ConditionProgressing, metav1.ConditionTrue, securityv1.ReasonRestoreInProgress, msg, s.now)
 		return reconcile.Result{RequeueAfter: poll}, nil
 	}
-	if mode(s.run) == securityv1.ModeFullRestore {
+	if rs, ok := r.Backends[s.run.Spec.Backend].(backend.Restorer); ok && mode(s.run) == securityv1.ModeFullRestore {
 		log.V(1).Info("Cleaning up the restore and sandboxes")
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
-		if s.run.Spec.Backend == securityv1.BackendCoffer {
-			out.Findings = append(out.Findings, r.Coffer.Cleanup(cctx, s.run)...)
-		} else {
-			out.Findings = append(out.Findings, r.Velero.Cleanup(cctx, s.run)...)
-		}
+		out.Findings = append(out.Findings, rs.Cleanup(cctx, s.run)...)
 		cancel()
 	}
 	log.V(1).Info("Writing the Result", "findings", len(out.Findings))
@@ -253,12 +218,12 @@ func (r *Reconciler) untilDeadline(s *scope) time.Duration {
 
 // timedOut ends a run whose deadline passed: a timeout finding (medium: it says the verification
 // did not happen, nothing about the backup), the facts found before, and the failure.
-func timedOut(s *scope, out velerocheck.Outcome, lastErr error) velerocheck.Outcome {
+func timedOut(s *scope, out backend.Outcome, lastErr error) backend.Outcome {
 	msg := fmt.Sprintf("the verification did not finish within its timeout of %s", s.timeout)
 	if lastErr != nil && !errors.Is(lastErr, context.DeadlineExceeded) {
 		msg += "; the last attempt failed: " + message(lastErr)
 	} else if lastErr == nil {
-		if c := meta.FindStatusCondition(s.run.Status.Conditions, ConditionProgressing); c != nil && c.Reason == ReasonRetrying {
+		if c := meta.FindStatusCondition(s.run.Status.Conditions, securityv1.ConditionProgressing); c != nil && c.Reason == securityv1.ReasonRetrying {
 			msg += "; " + c.Message
 		}
 	}
@@ -269,41 +234,33 @@ func timedOut(s *scope, out velerocheck.Outcome, lastErr error) velerocheck.Outc
 
 // failed is an outcome of a verification that could not be carried out: the facts found before
 // it stopped, and why.
-func failed(out velerocheck.Outcome, why string) velerocheck.Outcome {
-	done := velerocheck.Outcome{Done: true, Findings: out.Findings, RecordedChecksum: out.RecordedChecksum, ComputedChecksum: out.ComputedChecksum,
+func failed(out backend.Outcome, why string) backend.Outcome {
+	done := backend.Outcome{Done: true, Findings: out.Findings, RecordedChecksum: out.RecordedChecksum, ComputedChecksum: out.ComputedChecksum,
 		SizeBytes: out.SizeBytes, Details: map[string]string{}}
 	for k, v := range out.Details {
 		done.Details[k] = v
 	}
-	done.Details[DetailFailure] = truncate(why, 4096)
+	done.Details[securityv1.DetailFailure] = truncate(why, 4096)
 	return done
 }
 
-// execute runs one pass of the backend within ctx (the run's deadline). A nil error and Done
-// mean the outcome is final; an error is infrastructure trouble, final when wrapped in
+// execute runs one pass of the run's backend within ctx (the run's deadline). A nil error and
+// Done mean the outcome is final; an error is infrastructure trouble, final when wrapped in
 // reconcile.TerminalError.
-func (r *Reconciler) execute(ctx context.Context, run *securityv1.BackupVerifyRun) (velerocheck.Outcome, error) {
-	switch {
-	case run.Spec.Backend == securityv1.BackendEtcdSnapshot:
-		rep, err := etcdsnap.Verify(ctx, r.EtcdSnapshotDir, run.Spec.BackupRef.Name)
-		out := velerocheck.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, SizeBytes: rep.SizeBytes, Details: rep.Details}
-		switch {
-		case err == nil, ctx.Err() != nil, errors.Is(err, etcdsnap.ErrCheckNotStarted):
-		case errors.Is(err, etcdsnap.ErrCheckKilled):
-			err = reconcile.TerminalError(fmt.Errorf("%w; the verifier's resources were exhausted: raise its container's memory limit (deploy/verifier/manager), or check the node's memory pressure", err))
-		default:
-			err = reconcile.TerminalError(fmt.Errorf("%w; see the verifier's log", err))
-		}
-		return out, err
-	case run.Spec.Backend == securityv1.BackendCoffer && mode(run) == securityv1.ModeFullRestore:
-		return r.Coffer.FullRestore(ctx, run)
-	case run.Spec.Backend == securityv1.BackendCoffer:
-		return r.Coffer.Checksum(ctx, run)
-	case mode(run) == securityv1.ModeFullRestore:
-		return r.Velero.FullRestore(ctx, run)
-	default:
-		return r.Velero.Checksum(ctx, run)
+func (r *Reconciler) execute(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
+	b, ok := r.Backends[run.Spec.Backend]
+	if !ok {
+		return backend.Outcome{}, reconcile.TerminalError(fmt.Errorf("%s: this verifier has no %s backend configured (see its flags in deploy/verifier/manager)",
+			securityv1.ReasonBackendNotConfigured, run.Spec.Backend))
 	}
+	if mode(run) != securityv1.ModeFullRestore {
+		return b.Checksum(ctx, run)
+	}
+	rs, ok := b.(backend.Restorer)
+	if !ok {
+		return backend.Outcome{}, reconcile.TerminalError(fmt.Errorf("%s: the %s backend verifies by checksum only", securityv1.ReasonModeNotSupported, run.Spec.Backend))
+	}
+	return rs.FullRestore(ctx, run)
 }
 
 func (r *Reconciler) retryDelay(uid types.UID) time.Duration {
@@ -345,7 +302,7 @@ func (r *Reconciler) ownResult(ctx context.Context, s *scope) (*securityv1.Backu
 }
 
 // writeResult creates the run's one Result, owned by the run and labelled with its UID.
-func (r *Reconciler) writeResult(ctx context.Context, s *scope, out velerocheck.Outcome) (*securityv1.BackupVerifyResult, error) {
+func (r *Reconciler) writeResult(ctx context.Context, s *scope, out backend.Outcome) (*securityv1.BackupVerifyResult, error) {
 	run := s.run
 	findings := out.Findings
 	for i := range findings {
@@ -404,7 +361,7 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.Backu
 			return fmt.Errorf("writing the Result's worst severity: %w", err)
 		}
 	}
-	failure := res.Spec.Details[DetailFailure]
+	failure := res.Spec.Details[securityv1.DetailFailure]
 	phase := securityv1.RunSucceeded
 	if worst.AtLeast(securityv1.SeverityHigh) || failure != "" {
 		phase = securityv1.RunFailed
@@ -425,11 +382,8 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.Backu
 	if top != nil {
 		attrs["topFinding"] = top.Code
 	}
-	// The verdict on the Backup and the event first: once the phase is terminal the run is never
-	// reconciled again.
-	if err := r.recordVerdict(ctx, s, res, eventType, msg); err != nil {
-		return err
-	}
+	// The event first: once the phase is terminal the run is never reconciled again. The verdict
+	// on the Backup follows the terminal status (VerdictReconciler).
 	if err := r.emit(ctx, s.run, eventType, sev, msg, attrs); err != nil {
 		return err
 	}
@@ -444,8 +398,8 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.Backu
 	if phase == securityv1.RunSucceeded {
 		ready = metav1.ConditionTrue
 	}
-	setCondition(s.run, ConditionReady, ready, eventType, msg, s.now)
-	setCondition(s.run, ConditionProgressing, metav1.ConditionFalse, eventType, msg, s.now)
+	setCondition(s.run, securityv1.ConditionReady, ready, eventType, msg, s.now)
+	setCondition(s.run, securityv1.ConditionProgressing, metav1.ConditionFalse, eventType, msg, s.now)
 	return nil
 }
 
@@ -484,7 +438,7 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) {
 		metrics.FullRestoreDuration.WithLabelValues(phase).Observe(run.Status.CompletionTime.Sub(run.Status.StartTime.Time).Seconds())
 	}
 	reason := ""
-	if c := meta.FindStatusCondition(run.Status.Conditions, ConditionReady); c != nil {
+	if c := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady); c != nil {
 		reason = c.Reason
 	}
 	evType := corev1.EventTypeNormal

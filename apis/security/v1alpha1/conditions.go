@@ -1,0 +1,56 @@
+package v1alpha1
+
+// Condition types of a BackupVerifyRun and a BackupVerifyPolicy. Each reason is UpperCamel, as
+// the API server requires.
+const (
+	// ConditionReady on a BackupVerifyRun is written when the run ends: True when it Succeeded,
+	// False when it Failed; its reason is the run's terminal SecurityEvent type
+	// (ReasonBackupVerifyCompleted, ReasonBackupVerifyMismatch, ReasonBackupVerifyFailed). On a
+	// BackupVerifyPolicy it is True (ReasonActive) while its selectors are valid and it creates
+	// runs, False (ReasonInvalidSelector) otherwise.
+	ConditionReady = "Ready"
+
+	// ConditionProgressing on a BackupVerifyRun is True while the run is Running, with a reason
+	// saying what it does (ReasonVerifying, ReasonRestoreInProgress, ReasonRetrying), and False
+	// once it ended, with Ready's reason.
+	ConditionProgressing = "Progressing"
+)
+
+// Reasons of a BackupVerifyRun's conditions.
+const (
+	// ReasonVerifying: the backend is being checked.
+	ReasonVerifying = "Verifying"
+	// ReasonRestoreInProgress: a full-restore waits for its restore (polled every 10 s).
+	ReasonRestoreInProgress = "RestoreInProgress"
+	// ReasonRetrying: the last attempt met infrastructure trouble (the message says which and
+	// what to check); it is retried with backoff until the run's timeout.
+	ReasonRetrying = "Retrying"
+	// ReasonBackupVerifyCompleted: the run Succeeded; no finding is high or worse.
+	ReasonBackupVerifyCompleted = EventBackupVerifyCompleted
+	// ReasonBackupVerifyMismatch: the run Failed on a finding of high or worse about the backup.
+	ReasonBackupVerifyMismatch = EventBackupVerifyMismatch
+	// ReasonBackupVerifyFailed: the run Failed without such a finding: the verification could not
+	// be carried out (infrastructure trouble a retry cannot fix, or the timeout passed).
+	ReasonBackupVerifyFailed = EventBackupVerifyFailed
+)
+
+// Why a run could not be carried out, at the head of its failure (the Result's details.failure
+// and the run's message) when the verifier itself cannot run it.
+const (
+	// ReasonBackendNotConfigured: this verifier runs no backend of the run's spec.backend.
+	ReasonBackendNotConfigured = "BackendNotConfigured"
+	// ReasonModeNotSupported: a full-restore run of a backend that verifies by checksum only.
+	ReasonModeNotSupported = "ModeNotSupported"
+)
+
+// Reasons of a BackupVerifyPolicy's Ready condition.
+const (
+	// ReasonActive: the policy's selectors are valid and it creates runs.
+	ReasonActive = "Active"
+	// ReasonInvalidSelector: a selector does not parse; the message quotes the parser.
+	ReasonInvalidSelector = "InvalidSelector"
+)
+
+// DetailFailure is the key, in a BackupVerifyResult's details, of why its run could not be
+// carried out (BackupVerifyFailed).
+const DetailFailure = "failure"

@@ -1,0 +1,87 @@
+// Package backend is what the verifier asks of a backend: the checks only it knows how to make.
+// The run reconciler (package verifyrun) owns the lifecycle every backend shares, once: the start
+// and its SecurityEvent, the deadline, retries with backoff, one status patch per pass, the
+// Result, the terminal SecurityEvent, metrics and events. A backend only reads a backup and says
+// what it found; backends import nothing of each other.
+//
+// Findings are facts about the backup. Trouble carrying the verification out (the API server, the
+// object store, a process) is an error: the reconciler retries it until the run's deadline, and
+// an error wrapped in reconcile.TerminalError is one no retry can fix (the run fails
+// BackupVerifyFailed, with no verdict on the backup). A transport fault is never a finding.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+)
+
+// Backend verifies the backups of one spec.backend by checksum: it reads the stored backup once
+// and compares it with what was recorded when it was taken. Each call is one pass within the
+// run's deadline (ctx) and must be idempotent: a crash anywhere resumes in the same call.
+type Backend interface {
+	Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (Outcome, error)
+}
+
+// Restorer is a Backend that also verifies by full restore: it restores the backup into the
+// run's sandbox, waits for the restore, and compares what was restored with the backup.
+// A backend that is no Restorer refuses full-restore runs (ModeNotSupported).
+type Restorer interface {
+	Backend
+	// FullRestore starts or observes the run's restore. An Outcome with Done false is a restore
+	// in progress: the reconciler polls again (PollInterval) and says Waiting(run).
+	FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (Outcome, error)
+	// Waiting names what a full-restore in progress waits for, for the run's conditions.
+	Waiting(run *securityv1.BackupVerifyRun) string
+	// Cleanup removes what FullRestore made (its restore, its sandboxes), best-effort: each
+	// failure is a finding. It runs once the restore is over or the run's deadline passed, under
+	// a deadline of its own, and deletes only objects carrying the run's UID.
+	Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding
+}
+
+// Outcome is what one pass of a verification established about the backup.
+type Outcome struct {
+	Findings []securityv1.Finding
+	// Done is false while a full-restore's restore is still running.
+	Done             bool
+	RecordedChecksum string
+	ComputedChecksum string
+	SizeBytes        int64
+	ObjectsExpected  int32
+	ObjectsRestored  int32
+	Details          map[string]string
+}
+
+// Add records a finding.
+func (o *Outcome) Add(code string, sev securityv1.Severity, object, msg string) {
+	o.Findings = append(o.Findings, securityv1.Finding{Code: code, Severity: sev, Object: object, Message: msg})
+}
+
+// Count records a positive count in the details.
+func (o *Outcome) Count(key string, n int) {
+	if n <= 0 {
+		return
+	}
+	if o.Details == nil {
+		o.Details = map[string]string{}
+	}
+	o.Details[key] = strconv.Itoa(n)
+}
+
+// APIError describes trouble with the API server while doing what, and says what to check.
+func APIError(what string, err error) error {
+	hint := "check the API server and the verifier's log"
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		hint = "check the verifier's RBAC (deploy/verifier/rbac): its ServiceAccount must be allowed to do this"
+	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
+		hint = "check the API server's health and load"
+	}
+	return fmt.Errorf("%s: %w; %s", what, err, hint)
+}

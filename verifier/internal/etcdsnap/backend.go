@@ -1,0 +1,37 @@
+package etcdsnap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+)
+
+// Backend is the etcd-snapshot backend: a run's backupRef.name is a snapshot file under Dir
+// (--etcd-snapshot-dir), verified by checksum (Verify). It is no backend.Restorer: admission
+// admits etcd-snapshot runs in checksum-only mode only.
+type Backend struct {
+	Dir string
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Checksum verifies the run's snapshot file. A check that could not be carried out says nothing
+// of the file: a check not started is retried; a check killed (memory) or failing otherwise is
+// final, without a verdict.
+func (b *Backend) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
+	rep, err := Verify(ctx, b.Dir, run.Spec.BackupRef.Name)
+	out := backend.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, SizeBytes: rep.SizeBytes, Details: rep.Details}
+	switch {
+	case err == nil, ctx.Err() != nil, errors.Is(err, ErrCheckNotStarted):
+	case errors.Is(err, ErrCheckKilled):
+		err = reconcile.TerminalError(fmt.Errorf("%w; the verifier's resources were exhausted: raise its container's memory limit (deploy/verifier/manager), or check the node's memory pressure", err))
+	default:
+		err = reconcile.TerminalError(fmt.Errorf("%w; see the verifier's log", err))
+	}
+	return out, err
+}
