@@ -80,7 +80,9 @@ func (k *Kit[S]) reconcileBackup(ctx context.Context, req reconcile.Request) (re
 			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: ConditionArtifactDeletion, Status: metav1.ConditionUnknown,
 				Reason: ReasonDeletionInProgress, Message: "The driver is deleting the artifact " + artifactURI(b), LastTransitionTime: metav1.NewTime(k.Clock.Now())})
 			if _, err := PatchStatus(ctx, k.Client, b, orig); err != nil {
-				return reconcile.Result{}, err
+				// A Backup read from a stale cache may already be released and gone: it
+				// needs no status, and its deletion is over.
+				return reconcile.Result{}, client.IgnoreNotFound(err)
 			}
 		}
 		return reconcile.Result{RequeueAfter: out.RequeueAfter}, nil

@@ -99,7 +99,9 @@ func TestSamplesForASimulatedMonth(t *testing.T) {
 	t.Cleanup(stack.Stop)
 
 	bin := t.TempDir()
-	driver, err := components.Launch(root, bin, lc.Kubeconfig, components.Spec{Module: "driver-velero", Binary: "driver-velero", Namespace: "coffer-system"})
+	driver, err := components.Launch(root, bin, lc.Kubeconfig, components.Spec{Module: "driver-velero", Binary: "driver-velero", Namespace: "coffer-system",
+		// A vanished backup counts once Velero's next sync (a minute apart) confirms it.
+		Args: []string{"--artifact-confirm-delay=5s"}})
 	require.NoError(t, err)
 	t.Cleanup(func() { components.StopAndCheck(t, driver) })
 

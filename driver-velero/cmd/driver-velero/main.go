@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/coffer-backup/coffer/driver-velero/internal/driver"
+	"github.com/coffer-backup/coffer/driverkit"
 )
 
 // options are the command's flags.
@@ -26,7 +27,7 @@ type options struct {
 	metricsAddr, probeAddr, leaderNS string
 	metricsCertDir, clusterName      string
 	leaderElect, metricsSecure       bool
-	downloadTimeout                  time.Duration
+	downloadTimeout, confirmDelay    time.Duration
 	zap                              zap.Options
 }
 
@@ -39,6 +40,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
 	fs.DurationVar(&o.downloadTimeout, "download-timeout", 2*time.Minute, "How long to wait for Velero to answer a DownloadRequest.")
+	fs.DurationVar(&o.confirmDelay, "artifact-confirm-delay", driverkit.ArtifactConfirmDelay,
+		"How long a Velero backup found gone must stay gone (and its storage location synced since) before its Backup counts as missing.")
 	fs.StringVar(&o.clusterName, "cluster-name", "",
 		"A name for this cluster in the record of each Velero backup (beside the UID of its kube-system namespace, which identifies it); optional.")
 	o.zap.BindFlags(fs)
@@ -68,7 +71,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := driver.Setup(mgr, &driver.Driver{DownloadTimeout: o.downloadTimeout}, o.clusterName); err != nil {
+	if err := driver.Setup(mgr, &driver.Driver{DownloadTimeout: o.downloadTimeout, ArtifactConfirmDelay: o.confirmDelay}, o.clusterName); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

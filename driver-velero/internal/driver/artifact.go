@@ -111,6 +111,10 @@ func (d *Driver) absentFromStorage(ctx context.Context, b *backupsv1.Backup, key
 	return storageAnswer{confirmed: true, why: fmt.Sprintf("storage location %s synced at %s and holds no such backup", loc, bsl.Status.LastSyncedTime.UTC().Format(time.RFC3339))}, nil
 }
 
+// deleteRequestPoll is how soon a deletion looks again at a DeleteBackupRequest Velero is
+// finishing (it deleted the backup, and has yet to mark the request Processed).
+const deleteRequestPoll = 2 * time.Second
+
 // DeleteArtifact asks Velero to delete the backup and its data through a DeleteBackupRequest (a
 // plain delete would be resurrected by Velero's storage sync); done once the Velero backup is gone.
 func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (driverkit.DeleteOutcome, error) {
@@ -137,7 +141,15 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 		if client.IgnoreNotFound(err) != nil {
 			return driverkit.DeleteOutcome{}, err
 		}
-		if driverkit.DeletionStarted(b) && (apierrors.IsNotFound(err) || dbr.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(dbr.Status.Errors) == 0) {
+		// Our own request (it names this Backup) is proof of who deleted it, whatever the
+		// Backup's conditions say since.
+		ours := err == nil && dbr.Annotations[names.AnnotationRun] == b.Namespace+"/"+b.Name
+		if ours && dbr.Status.Phase != velerov1.DeleteBackupRequestPhaseProcessed {
+			// Velero deletes the backup object before it marks the request Processed and
+			// deletes it: the request is finishing.
+			return driverkit.DeleteOutcome{RequeueAfter: deleteRequestPoll}, nil
+		}
+		if (driverkit.DeletionStarted(b) || ours) && (apierrors.IsNotFound(err) || dbr.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(dbr.Status.Errors) == 0) {
 			// Our request went through: Velero deletes the backup object only once its data are,
 			// and then its requests.
 			_ = client.IgnoreNotFound(d.Client.Delete(ctx, &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: dbrKey.Name, Namespace: dbrKey.Namespace}}))

@@ -73,6 +73,8 @@ type Driver struct {
 	HTTP *http.Client
 	// DownloadTimeout bounds the wait for Velero to answer a DownloadRequest.
 	DownloadTimeout time.Duration
+	// ArtifactConfirmDelay is the kit's Kit.ArtifactConfirmDelay (zero: its default).
+	ArtifactConfirmDelay time.Duration
 
 	kit *Kit // the kit running this driver (New sets it): records of artifacts
 }
@@ -104,6 +106,8 @@ func New(d *Driver) *Kit {
 		Client:      d.Client,
 		Recorder:    d.Recorder,
 		Metrics:     metrics,
+
+		ArtifactConfirmDelay: d.ArtifactConfirmDelay,
 		// A Coffer Backup has its BackupJob's namespace and name, which its Velero objects name.
 		BackupJobWatches:  []driverkit.Watch{{Object: &velerov1.Backup{}, Handler: toRun}},
 		RestoreJobWatches: []driverkit.Watch{{Object: &velerov1.Restore{}, Handler: toRun}},
