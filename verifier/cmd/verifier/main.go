@@ -27,6 +27,8 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/artifact"
 	"github.com/coffer-backup/coffer/verifier/internal/backend"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
@@ -113,11 +115,17 @@ func run(ctx context.Context, o options) error {
 	// Every backend that restores makes its sandboxes through this one Maker.
 	sb := &sandbox.Maker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: sa}
 	vc := &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, Sandbox: sb}
+	// The coffer backend reads driver-velero's artifacts through Velero, any other driver's s3://
+	// artifacts from --s3-endpoint.
+	artifacts := artifact.Registry{ByDriver: map[string]artifact.Reader{velerodriverv1.Group: &velerocheck.ArtifactReader{Checker: vc}}}
+	if store != nil {
+		artifacts.ByScheme = map[string]artifact.Reader{"s3": store}
+	}
 	r := &verifyrun.Reconciler{
 		Client: mgr.GetClient(),
 		Backends: map[securityv1.Backend]backend.Backend{
 			securityv1.BackendVelero:       vc,
-			securityv1.BackendCoffer:       &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Velero: vc, Sandbox: sb, Store: store},
+			securityv1.BackendCoffer:       &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Artifacts: artifacts, Sandbox: sb},
 			securityv1.BackendEtcdSnapshot: &etcdsnap.Backend{Dir: o.snapshotDir},
 		},
 		Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
@@ -162,7 +170,7 @@ func run(ctx context.Context, o options) error {
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // s3Store is the object storage of --s3-endpoint, or nil without one.
-func s3Store(o options) (*coffercheck.Store, error) {
+func s3Store(o options) (*artifact.Store, error) {
 	if o.s3Endpoint == "" {
 		return nil, nil
 	}
@@ -177,7 +185,7 @@ func s3Store(o options) (*coffercheck.Store, error) {
 	if id == "" || secret == "" {
 		return nil, errors.New("--s3-endpoint is set but AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is empty: mount the Secret coffer-verifier-s3 (deploy/verifier/manager)")
 	}
-	return coffercheck.NewStore(o.s3Endpoint, o.s3Region, id, secret, ca)
+	return artifact.NewStore(o.s3Endpoint, o.s3Region, id, secret, ca)
 }
 
 // metricsOptions serves /metrics on addr. Secure, it serves HTTPS (certDir's certificate, or a

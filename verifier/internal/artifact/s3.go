@@ -1,4 +1,4 @@
-package coffercheck
+package artifact
 
 import (
 	"context"
@@ -12,7 +12,10 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/velerokit/download"
 )
 
@@ -55,6 +58,20 @@ func NewStore(endpoint, region, accessKeyID, secretAccessKey string, caPEM []byt
 
 // errObjectMissing is the store's definite answer that the object does not exist.
 var errObjectMissing = errors.New("the object does not exist")
+
+// Digest reads the s3:// artifact of Backup b from the store's endpoint.
+func (s *Store) Digest(ctx context.Context, _ *securityv1.BackupVerifyRun, b *backupsv1.Backup) (download.Digest, error) {
+	uri := b.Status.Artifact.URI
+	bucket, key, err := backupsv1.ParseS3URI(uri)
+	if err != nil {
+		return download.Digest{}, reconcile.TerminalError(fmt.Errorf("checksum-only reads s3:// artifacts: %w", err))
+	}
+	d, err := s.Hash(ctx, bucket, key)
+	if errors.Is(err, errObjectMissing) {
+		return download.Digest{}, Missing(fmt.Sprintf("the artifact %s does not exist at %s", uri, s.Endpoint))
+	}
+	return d, err
+}
 
 // Hash streams the object once and returns its size and SHA-256.
 func (s *Store) Hash(ctx context.Context, bucket, key string) (download.Digest, error) {

@@ -62,6 +62,14 @@ func (o *Outcome) Add(code string, sev securityv1.Severity, object, msg string) 
 	o.Findings = append(o.Findings, securityv1.Finding{Code: code, Severity: sev, Object: object, Message: msg})
 }
 
+// Detail records a detail, making the map when needed.
+func (o *Outcome) Detail(key, value string) {
+	if o.Details == nil {
+		o.Details = map[string]string{}
+	}
+	o.Details[key] = value
+}
+
 // Count records a positive count in the details.
 func (o *Outcome) Count(key string, n int) {
 	if n <= 0 {

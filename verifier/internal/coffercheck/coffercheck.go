@@ -1,10 +1,10 @@
 // Package coffercheck verifies Coffer's own Backups (backups.cozystack.io), whatever driver made
 // them:
 //
-//   - checksum-only reads the artifact the Backup records in status.artifact and compares its size
-//     and SHA-256 with it: a Velero tarball through Velero's DownloadRequest (as the velero
-//     backend does), any other s3:// artifact from the S3 endpoint the administrator gave the
-//     verifier;
+//   - checksum-only reads the artifact the Backup records in status.artifact, through the reader
+//     package artifact's Registry chooses for it (by driver, else by URI scheme: a Velero tarball
+//     through Velero's DownloadRequest for driver-velero, any other s3:// artifact from the S3
+//     endpoint the administrator gave the verifier), and compares its size and SHA-256 with it;
 //   - full-restore restores the Backup through the driver contract: a RestoreJob in the Backup's
 //     namespace whose spec.options.targetNamespace is the run's sandbox (created, confined and
 //     bound by package sandbox, as for the velero backend: a ResourceQuota of zero pods among
@@ -13,8 +13,8 @@
 //     policy coffer-restore-target admits that RestoreJob because the verifier may create
 //     RestoreJobs in its sandbox (ClusterRole coffer-verifier-sandbox) and nobody else may;
 //     coffer-verifier-confinement lets the verifier create no other RestoreJob. Once the
-//     RestoreJob succeeded, the sandbox of a Velero-made Backup is compared with its Velero
-//     backup by content, by the velero backend's diff (velerocheck.CompareRestore). A driver that
+//     RestoreJob succeeded, the sandbox is compared by content with the artifact when its reader
+//     can read content (an artifact.Comparer: driver-velero's Velero backup). A driver that
 //     compares what it restored with the backup's own record of it (contract RJ-13; driver-job's
 //     verifyTemplate) reports the count in the RestoreJob's status.items.compared, or fails it
 //     ContentMismatch, which becomes a content-mismatch finding; for other drivers the Result
@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,11 +41,10 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/velerokit/download"
+	"github.com/coffer-backup/coffer/verifier/internal/artifact"
 	"github.com/coffer-backup/coffer/verifier/internal/backend"
 	"github.com/coffer-backup/coffer/verifier/internal/sandbox"
-	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
 
 // Checker verifies backups.cozystack.io Backups.
@@ -55,12 +53,10 @@ type Checker struct {
 	Reader client.Reader
 	// Client writes the verifier's RestoreJobs.
 	Client client.Client
-	// Velero reads Velero tarballs.
-	Velero *velerocheck.Checker
+	// Artifacts chooses the reader of each Backup's artifact.
+	Artifacts artifact.Registry
 	// Sandbox makes, re-checks and deletes the run's sandbox. Required for full-restore.
 	Sandbox *sandbox.Maker
-	// Store reads s3:// artifacts of other drivers; nil when the verifier was given no endpoint.
-	Store *Store
 }
 
 // BackupKey is the Backup a run of the coffer backend verifies.
@@ -93,91 +89,28 @@ func (c *Checker) backup(ctx context.Context, run *securityv1.BackupVerifyRun, o
 	return b, nil
 }
 
-func madeByVelero(b *backupsv1.Backup) bool {
-	return b.Spec.StrategyRef.APIGroup != nil && *b.Spec.StrategyRef.APIGroup == velerodriverv1.Group
-}
-
-// Checksum reads the stored artifact once and compares its size and SHA-256 with status.artifact.
+// Checksum reads the stored artifact once, through its reader, and compares its size and SHA-256
+// with status.artifact.
 func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
 	out := backend.Outcome{Done: true}
 	b, err := c.backup(ctx, run, &out)
 	if err != nil {
 		return out, err
 	}
-	art := b.Status.Artifact
-	out.RecordedChecksum = art.Checksum
-	var d download.Digest
+	out.RecordedChecksum = b.Status.Artifact.Checksum
+	rd, err := c.Artifacts.For(b)
+	if err != nil {
+		return out, err
+	}
+	d, err := rd.Digest(ctx, run, b)
 	var missing string
-	if madeByVelero(b) {
-		// The Velero backup the driver recorded, read as the velero backend reads it.
-		vrun, err := veleroRun(run, b)
-		if err != nil {
-			return out, err
-		}
-		vout, err := c.Velero.Checksum(ctx, vrun)
-		if err != nil {
-			return out, err
-		}
-		if vout.ComputedChecksum == "" {
-			// The Velero backup or its tarball is gone: keep what velerocheck found.
-			if err := veleroMissing(b, vout); err != nil {
-				return out, err
-			}
-			for _, f := range vout.Findings {
-				if f.Severity.AtLeast(securityv1.SeverityHigh) {
-					missing = f.Message
-				}
-			}
-			if missing == "" {
-				return out, reconcile.TerminalError(fmt.Errorf("the Velero backup %s could not be read", vrun.Spec.BackupRef.Name))
-			}
-		}
-		d = download.Digest{SizeBytes: vout.SizeBytes}
-		d.SHA256 = strings.TrimPrefix(vout.ComputedChecksum, "sha256:")
-	} else {
-		bucket, key, err := backupsv1.ParseS3URI(art.URI)
-		if err != nil {
-			return out, reconcile.TerminalError(fmt.Errorf("checksum-only reads s3:// artifacts: %w", err))
-		}
-		if c.Store == nil {
-			return out, reconcile.TerminalError(fmt.Errorf("the verifier has no object storage to read %s from: set --s3-endpoint and the Secret coffer-verifier-s3 (deploy/verifier/manager)", art.URI))
-		}
-		d, err = c.Store.Hash(ctx, bucket, key)
-		switch {
-		case errors.Is(err, errObjectMissing):
-			missing = fmt.Sprintf("the artifact %s does not exist at %s", art.URI, c.Store.Endpoint)
-		case err != nil:
-			return out, err
-		}
+	switch {
+	case errors.Is(err, artifact.ErrMissing):
+		missing = err.Error()
+	case err != nil:
+		return out, err
 	}
 	return compare(out, b, d, missing), nil
-}
-
-// veleroRun is run with its backupRef turned to the Velero backup that driver-velero recorded for
-// Backup b, for the velero backend's reading of it.
-func veleroRun(run *securityv1.BackupVerifyRun, b *backupsv1.Backup) (*securityv1.BackupVerifyRun, error) {
-	vrun := run.DeepCopy()
-	vrun.Spec.BackupRef = securityv1.BackupRef{Name: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]}
-	if vrun.Spec.BackupRef.Namespace == "" {
-		vrun.Spec.BackupRef.Namespace = velerodriverv1.DefaultVeleroNamespace
-	}
-	if vrun.Spec.BackupRef.Name == "" {
-		return nil, reconcile.TerminalError(fmt.Errorf("Backup %s of driver %s records no Velero backup (driverMetadata.%s)", client.ObjectKeyFromObject(b), velerodriverv1.Group, velerodriverv1.MetaBackupName))
-	}
-	return vrun, nil
-}
-
-// veleroMissing is the error of a reading of Velero-made Backup b that found Velero not installed
-// where the verifier runs: that says nothing about the Backup, so no verdict (above all no failed
-// one) is recorded.
-func veleroMissing(b *backupsv1.Backup, vout backend.Outcome) error {
-	for _, f := range vout.Findings {
-		if f.Code == securityv1.CodeVeleroCRDMissing {
-			return reconcile.TerminalError(fmt.Errorf("Backup %s was made by %s, but %s: it cannot be read through Velero",
-				client.ObjectKeyFromObject(b), velerodriverv1.Group, f.Message))
-		}
-	}
-	return nil
 }
 
 // compare judges a read artifact against status.artifact.
@@ -266,7 +199,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			return out, reconcile.TerminalError(fmt.Errorf("the Backup's driver did not restore it into the sandbox (%s: %s): it cannot be verified by full-restore", reason, msg))
 		}
 		if reason == backupsv1.ReasonContentMismatch {
-			out.Details = map[string]string{DetailContentDiff: "by the driver, with the backup's own record of its content"}
+			out.Details = map[string]string{artifact.DetailContentDiff: "by the driver, with the backup's own record of its content"}
 			out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeContentMismatch, Severity: securityv1.SeverityHigh, Object: obj,
 				Message: "the driver restored the Backup and its content differs from what the backup recorded: " + msg})
 			return out, nil
@@ -314,66 +247,41 @@ func sandboxRefused(out *backend.Outcome, f securityv1.Finding) error {
 	return reconcile.TerminalError(fmt.Errorf("%s: the Backup was not restored, and nothing is said of it; delete that namespace or name another sandbox, then create the run again", f.Message))
 }
 
-// DetailContentDiff, in a full-restore's Result, says what the restored state was compared with
-// by content, or why it was not.
-const DetailContentDiff = "contentDiff"
-
 // compareContent compares what the driver restored into the sandbox with the Backup, by content,
-// where the verifier can read the Backup's content: a Velero-made Backup's Velero backup, diffed
-// with the sandbox as the velero backend diffs its own restores (velerocheck.CompareRestore: the
-// Backup's namespace, restored into the sandbox through Velero's namespaceMapping). Its findings,
-// counts and details go to out; it returns what the restore-succeeded finding says of it.
+// where the verifier can read the Backup's content (its reader is an artifact.Comparer, as
+// driver-velero's is). Otherwise it re-checks the sandbox and takes the driver's own comparison
+// (contract RJ-13), if it made one. Its findings, counts and details go to out; it returns what
+// the restore-succeeded finding says of it.
 func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, rj *backupsv1.RestoreJob, out *backend.Outcome) (string, error) {
-	if !madeByVelero(b) {
-		// The diff of a Velero-made Backup re-checks the sandbox itself (CompareRestore).
-		confined, err := c.Sandbox.Recheck(ctx, run, map[string]string{b.Namespace: run.Spec.SandboxNamespace}, out)
+	rd, err := c.Artifacts.For(b)
+	if cmp, ok := rd.(artifact.Comparer); ok && err == nil {
+		// The comparer's diff re-checks the sandbox itself.
+		vout, said, err := cmp.CompareRestore(ctx, run, b, run.Spec.SandboxNamespace)
 		if err != nil {
 			return "", err
 		}
-		if !confined {
-			return "but the sandbox was not confined when the verifier re-checked it: see the sandbox-tampered findings", nil
-		}
-		driver := ptr.Deref(b.Spec.StrategyRef.APIGroup, "(core)")
-		if it := rj.Status.Items; it != nil && it.Compared > 0 {
-			// Contract RJ-13: the driver compared what it restored with the backup's own record
-			// of it; a difference would have failed the RestoreJob ContentMismatch.
-			out.ObjectsExpected, out.ObjectsRestored = int32(min(it.Compared, math.MaxInt32)), int32(min(it.Restored, math.MaxInt32))
-			out.Details[DetailContentDiff] = fmt.Sprintf("by driver %s: %d item(s) compared with the backup's own record of them", driver, it.Compared)
-			return fmt.Sprintf("driver %s compared %d restored item(s) by content with the backup's own record of them: identical", driver, it.Compared), nil
-		}
-		out.Details[DetailContentDiff] = "not available for driver " + driver
-		return "its content was not compared with the Backup: no content diff is available for driver " + driver, nil
+		out.Findings = append(out.Findings, vout.Findings...)
+		out.ObjectsExpected, out.ObjectsRestored = vout.ObjectsExpected, vout.ObjectsRestored
+		maps.Copy(out.Details, vout.Details)
+		return said, nil
 	}
-	vrun, err := veleroRun(run, b)
+	confined, err := c.Sandbox.Recheck(ctx, run, map[string]string{b.Namespace: run.Spec.SandboxNamespace}, out)
 	if err != nil {
 		return "", err
 	}
-	// What driver-velero's inert restore leaves out, and what no sandbox may hold.
-	excluded := velerodriverv1.InertExcluded()
-	maps.Copy(excluded, sandbox.NeverInSandbox)
-	vout, err := c.Velero.CompareRestore(ctx, vrun, b.Namespace, run.Spec.SandboxNamespace, excluded)
-	if err != nil {
-		return "", err
+	if !confined {
+		return "but the sandbox was not confined when the verifier re-checked it: see the sandbox-tampered findings", nil
 	}
-	if err := veleroMissing(b, vout); err != nil {
-		return "", err
+	driver := ptr.Deref(b.Spec.StrategyRef.APIGroup, "(core)")
+	if it := rj.Status.Items; it != nil && it.Compared > 0 {
+		// Contract RJ-13: the driver compared what it restored with the backup's own record
+		// of it; a difference would have failed the RestoreJob ContentMismatch.
+		out.ObjectsExpected, out.ObjectsRestored = int32(min(it.Compared, math.MaxInt32)), int32(min(it.Restored, math.MaxInt32))
+		out.Details[artifact.DetailContentDiff] = fmt.Sprintf("by driver %s: %d item(s) compared with the backup's own record of them", driver, it.Compared)
+		return fmt.Sprintf("driver %s compared %d restored item(s) by content with the backup's own record of them: identical", driver, it.Compared), nil
 	}
-	ref := vrun.Spec.BackupRef.Namespace + "/" + vrun.Spec.BackupRef.Name
-	out.Findings = append(out.Findings, vout.Findings...)
-	out.ObjectsExpected, out.ObjectsRestored = vout.ObjectsExpected, vout.ObjectsRestored
-	for k, v := range vout.Details {
-		out.Details[k] = v
-	}
-	out.Details[DetailContentDiff] = "Velero backup " + ref
-	compared := out.Details[velerocheck.DetailObjectsCompared]
-	if compared == "" {
-		compared = "0"
-	}
-	if len(vout.Findings) > 0 {
-		return fmt.Sprintf("compared with Velero backup %s: %s object(s) compared by content, %d finding(s)", ref, compared, len(vout.Findings)), nil
-	}
-	return fmt.Sprintf("compared with Velero backup %s: all %d object(s) of namespace %s it restores are in the sandbox, %s of them compared by content and identical",
-		ref, out.ObjectsExpected, b.Namespace, compared), nil
+	out.Details[artifact.DetailContentDiff] = "not available for driver " + driver
+	return "its content was not compared with the Backup: no content diff is available for driver " + driver, nil
 }
 
 func (c *Checker) createRestoreJob(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, key client.ObjectKey) (*backupsv1.RestoreJob, error) {

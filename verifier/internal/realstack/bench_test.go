@@ -28,6 +28,7 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/artifact"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 	"github.com/coffer-backup/coffer/verifier/internal/etcdsnap"
 )
@@ -181,11 +182,11 @@ func BenchmarkCofferChecksum(b *testing.B) {
 	if err := cl.Status().Update(ctx, bk); err != nil {
 		b.Fatal(err)
 	}
-	store, err := coffercheck.NewStore(stack.S3URL(), "us-east-1", velerostack.AccessKey, velerostack.SecretKey, stack.CACert)
+	store, err := artifact.NewStore(stack.S3URL(), "us-east-1", velerostack.AccessKey, velerostack.SecretKey, stack.CACert)
 	if err != nil {
 		b.Fatal(err)
 	}
-	checker := &coffercheck.Checker{Reader: cl, Client: cl, Store: store}
+	checker := &coffercheck.Checker{Reader: cl, Client: cl, Artifacts: artifact.Registry{ByScheme: map[string]artifact.Reader{"s3": store}}}
 	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: key, Namespace: "default"},
 		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: key}, Mode: securityv1.ModeChecksumOnly}}
 	for range b.N {

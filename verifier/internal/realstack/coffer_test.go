@@ -32,6 +32,7 @@ import (
 	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/artifact"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
@@ -67,10 +68,12 @@ func cofferHarness(t *testing.T) *harness {
 	t.Helper()
 	installCofferCRDs(t)
 	h := newHarness(t)
-	store, err := coffercheck.NewStore(stack.S3URL(), "us-east-1", velerostack.AccessKey, velerostack.SecretKey, stack.CACert)
+	store, err := artifact.NewStore(stack.S3URL(), "us-east-1", velerostack.AccessKey, velerostack.SecretKey, stack.CACert)
 	require.NoError(t, err)
 	// One Maker for both backends, as cmd/verifier has it: a BeforeDiff hook set on it runs for both.
-	h.r.Backends[securityv1.BackendCoffer] = &coffercheck.Checker{Reader: cl, Client: cl, Velero: h.velero(), Sandbox: h.velero().Sandbox, Store: store}
+	h.r.Backends[securityv1.BackendCoffer] = &coffercheck.Checker{Reader: cl, Client: cl, Sandbox: h.velero().Sandbox, Artifacts: artifact.Registry{
+		ByDriver: map[string]artifact.Reader{velerodriverv1.Group: &velerocheck.ArtifactReader{Checker: h.velero()}},
+		ByScheme: map[string]artifact.Reader{"s3": store}}}
 	return h
 }
 
@@ -398,7 +401,7 @@ func TestCofferVeleroMadeBackup(t *testing.T) {
 	t.Run("the tarball matches", func(t *testing.T) {
 		b := cofferBackup(t, ns, velerodriverv1.Group, dm, backupsv1.BackupReady, art)
 		h := cofferHarness(t)
-		h.coffer().Store = nil // not needed: Velero serves the tarball
+		delete(h.coffer().Artifacts.ByScheme, "s3") // not needed: Velero serves the tarball
 		run := cofferRun(t, ns, b.Name, string(b.UID))
 		h.finish(run)
 		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
@@ -495,7 +498,7 @@ func TestCofferFullRestoreComparesContent(t *testing.T) {
 		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
 		require.Equal(t, []string{securityv1.CodeRestoreSucceeded}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
 		assert.Contains(t, r.Spec.Findings[0].Message, "compared by content and identical")
-		assert.Equal(t, "Velero backup "+velerostack.Namespace+"/"+vb.Name, r.Spec.Details[coffercheck.DetailContentDiff])
+		assert.Equal(t, "Velero backup "+velerostack.Namespace+"/"+vb.Name, r.Spec.Details[artifact.DetailContentDiff])
 		compared, err := strconv.Atoi(r.Spec.Details[velerocheck.DetailObjectsCompared])
 		require.NoError(t, err, "details: %v", r.Spec.Details)
 		assert.GreaterOrEqual(t, compared, 20, "25 objects of the test, less the ones their controllers rewrite; details: %v", r.Spec.Details)
@@ -585,7 +588,7 @@ func TestCofferFullRestoreWithoutContentDiff(t *testing.T) {
 	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
 	require.Equal(t, []string{securityv1.CodeRestoreSucceeded}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
 	assert.Contains(t, r.Spec.Findings[0].Message, "no content diff is available for driver "+jobDriverGroup)
-	assert.Equal(t, "not available for driver "+jobDriverGroup, r.Spec.Details[coffercheck.DetailContentDiff])
+	assert.Equal(t, "not available for driver "+jobDriverGroup, r.Spec.Details[artifact.DetailContentDiff])
 	assert.NotContains(t, r.Spec.Details, velerocheck.DetailObjectsCompared)
 	assert.Zero(t, r.Spec.ObjectsExpected)
 	assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
@@ -604,7 +607,7 @@ func TestCofferFullRestoreComparedByTheDriver(t *testing.T) {
 		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
 		require.Equal(t, []string{securityv1.CodeRestoreSucceeded}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
 		assert.Contains(t, r.Spec.Findings[0].Message, "driver "+jobDriverGroup+" compared 12 restored item(s) by content")
-		assert.Equal(t, "by driver "+jobDriverGroup+": 12 item(s) compared with the backup's own record of them", r.Spec.Details[coffercheck.DetailContentDiff])
+		assert.Equal(t, "by driver "+jobDriverGroup+": 12 item(s) compared with the backup's own record of them", r.Spec.Details[artifact.DetailContentDiff])
 		assert.Equal(t, int32(12), r.Spec.ObjectsExpected)
 		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
 	})

@@ -1,0 +1,111 @@
+package velerocheck
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/velerokit/download"
+	"github.com/coffer-backup/coffer/verifier/internal/artifact"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+	"github.com/coffer-backup/coffer/verifier/internal/sandbox"
+)
+
+// ArtifactReader reads the artifacts of driver-velero's Backups for the coffer backend: the
+// Velero backup each records (driverMetadata), read as the velero backend reads it (the tarball
+// through a DownloadRequest), and its content compared with a restore into a sandbox by the
+// velero backend's diff. It is the Registry's reader of velerodriver.backups.cozystack.io.
+type ArtifactReader struct {
+	Checker *Checker
+}
+
+var _ artifact.Comparer = (*ArtifactReader)(nil)
+
+// Digest reads the tarball of the Velero backup that Backup b records.
+func (a *ArtifactReader) Digest(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) (download.Digest, error) {
+	vrun, err := veleroRun(run, b)
+	if err != nil {
+		return download.Digest{}, err
+	}
+	vout, err := a.Checker.Checksum(ctx, vrun)
+	if err != nil {
+		return download.Digest{}, err
+	}
+	if vout.ComputedChecksum == "" {
+		// The Velero backup or its tarball is gone: what the velero backend found says where.
+		if err := veleroMissing(b, vout); err != nil {
+			return download.Digest{}, err
+		}
+		for _, f := range vout.Findings {
+			if f.Severity.AtLeast(securityv1.SeverityHigh) {
+				return download.Digest{}, artifact.Missing(f.Message)
+			}
+		}
+		return download.Digest{}, reconcile.TerminalError(fmt.Errorf("the Velero backup %s could not be read", vrun.Spec.BackupRef.Name))
+	}
+	return download.Digest{SizeBytes: vout.SizeBytes, SHA256: strings.TrimPrefix(vout.ComputedChecksum, "sha256:")}, nil
+}
+
+// CompareRestore diffs sandbox with the Velero backup Backup b records: the Backup's namespace,
+// restored into the sandbox as through Velero's namespaceMapping, leaving out what driver-velero's
+// inert restore leaves out and what no sandbox may hold.
+func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, sandboxNS string) (backend.Outcome, string, error) {
+	vrun, err := veleroRun(run, b)
+	if err != nil {
+		return backend.Outcome{}, "", err
+	}
+	excluded := velerodriverv1.InertExcluded()
+	maps.Copy(excluded, sandbox.NeverInSandbox)
+	vout, err := a.Checker.CompareRestore(ctx, vrun, b.Namespace, sandboxNS, excluded)
+	if err != nil {
+		return vout, "", err
+	}
+	if err := veleroMissing(b, vout); err != nil {
+		return vout, "", err
+	}
+	ref := vrun.Spec.BackupRef.Namespace + "/" + vrun.Spec.BackupRef.Name
+	vout.Detail(artifact.DetailContentDiff, "Velero backup "+ref)
+	compared := vout.Details[DetailObjectsCompared]
+	if compared == "" {
+		compared = "0"
+	}
+	if len(vout.Findings) > 0 {
+		return vout, fmt.Sprintf("compared with Velero backup %s: %s object(s) compared by content, %d finding(s)", ref, compared, len(vout.Findings)), nil
+	}
+	return vout, fmt.Sprintf("compared with Velero backup %s: all %d object(s) of namespace %s it restores are in the sandbox, %s of them compared by content and identical",
+		ref, vout.ObjectsExpected, b.Namespace, compared), nil
+}
+
+// veleroRun is run with its backupRef turned to the Velero backup that driver-velero recorded for
+// Backup b.
+func veleroRun(run *securityv1.BackupVerifyRun, b *backupsv1.Backup) (*securityv1.BackupVerifyRun, error) {
+	vrun := run.DeepCopy()
+	vrun.Spec.BackupRef = securityv1.BackupRef{Name: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]}
+	if vrun.Spec.BackupRef.Namespace == "" {
+		vrun.Spec.BackupRef.Namespace = velerodriverv1.DefaultVeleroNamespace
+	}
+	if vrun.Spec.BackupRef.Name == "" {
+		return nil, reconcile.TerminalError(fmt.Errorf("Backup %s of driver %s records no Velero backup (driverMetadata.%s)", client.ObjectKeyFromObject(b), velerodriverv1.Group, velerodriverv1.MetaBackupName))
+	}
+	return vrun, nil
+}
+
+// veleroMissing is the error of a reading of Velero-made Backup b that found Velero not installed
+// where the verifier runs: that says nothing about the Backup, so no verdict (above all no failed
+// one) is recorded.
+func veleroMissing(b *backupsv1.Backup, vout backend.Outcome) error {
+	for _, f := range vout.Findings {
+		if f.Code == securityv1.CodeVeleroCRDMissing {
+			return reconcile.TerminalError(fmt.Errorf("Backup %s was made by %s, but %s: it cannot be read through Velero",
+				client.ObjectKeyFromObject(b), velerodriverv1.Group, f.Message))
+		}
+	}
+	return nil
+}
