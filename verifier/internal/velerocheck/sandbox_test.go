@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/coffer-backup/coffer/verifier/internal/contentdiff"
 )
 
 // modifiers mirrors the part of Velero's resource-modifier format (v1) the sandbox uses.
@@ -69,6 +71,19 @@ func TestShippedModifiersMakeEveryWorkloadInert(t *testing.T) {
 		"daemonsets.apps", "networkpolicies.networking.k8s.io", "plans.backups.cozystack.io", "pods", "restorejobs.backups.cozystack.io",
 		"rolebindings.rbac.authorization.k8s.io", "roles.rbac.authorization.k8s.io", "serviceaccounts"}, excludedResources(),
 		"a sandbox runs nothing and is open to nobody: no bare Pod, no DaemonSet, no run record, Plan or verification run restored to run again, no RBAC, ServiceAccount or NetworkPolicy")
+}
+
+// TestDiffIgnoresWhatTheModifiersSet: the content diff leaves out exactly the fields the resource
+// modifiers set (contentdiff.InertFields): replicas of ScaledToZero, suspend of Suspended.
+func TestDiffIgnoresWhatTheModifiersSet(t *testing.T) {
+	want := map[schema.GroupKind]string{}
+	for gk := range ScaledToZero {
+		want[gk] = "replicas"
+	}
+	for gk := range Suspended {
+		want[gk] = "suspend"
+	}
+	assert.Equal(t, want, contentdiff.InertFields)
 }
 
 func TestInert(t *testing.T) {

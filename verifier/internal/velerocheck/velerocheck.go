@@ -485,8 +485,8 @@ type sandboxRestore struct {
 // compareSandboxes diffs the sandboxes of a finished restore with the backup: every namespaced
 // object of the backup not of an excluded kind must be in its sandbox (object-missing, but for what
 // controllers regenerate, controllers.go) and identical in content to its copy in the backup
-// (content-mismatch, content.go); the counts go to out's details. A sandbox that is not inert
-// although sr.inert is trouble that ends the run.
+// (content-mismatch, content.go, compared by package contentdiff); the counts go to out's details.
+// A sandbox that is not inert although sr.inert is trouble that ends the run.
 func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVerifyRun, sr *sandboxRestore, out *backend.Outcome) error {
 	if confined, err := c.Sandbox.Recheck(ctx, run, sr.mapping, out); err != nil || !confined {
 		return err
