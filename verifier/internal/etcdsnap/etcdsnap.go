@@ -81,15 +81,17 @@ func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityHigh, fmt.Sprintf("snapshot %s not found in the snapshot directory", ref))
 		return r, nil
 	}
-	if err != nil || !st.Mode().IsRegular() {
-		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityHigh, fmt.Sprintf("snapshot %s is not a readable file: %v", ref, err))
+	if err != nil {
+		return r, unreadable(ref, err)
+	}
+	if !st.Mode().IsRegular() {
+		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityHigh, fmt.Sprintf("snapshot %s is not a regular file (%s)", ref, st.Mode().Type()))
 		return r, nil
 	}
 	r.SizeBytes = st.Size()
 	whole, appended, err := digest(path, st.Size())
 	if err != nil {
-		r.add(securityv1.CodeEtcdSnapshotCorrupt, securityv1.SeverityCritical, fmt.Sprintf("reading snapshot %s: %v", ref, err))
-		return r, nil
+		return r, unreadable(ref, err)
 	}
 	r.Checksum = "sha256:" + whole
 	switch {
@@ -102,8 +104,10 @@ func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 	default:
 		r.Details["appendedSHA256"] = appended.want
 	}
-	if want, found, err := sidecar(path); err != nil {
-		r.add(securityv1.CodeChecksumMismatch, securityv1.SeverityHigh, fmt.Sprintf("reading %s.sha256: %v", ref, err))
+	if want, found, err := sidecar(path); errors.Is(err, errNoDigest) {
+		r.add(securityv1.CodeChecksumMismatch, securityv1.SeverityHigh, fmt.Sprintf("%s.sha256: %v", ref, err))
+	} else if err != nil {
+		return r, unreadable(ref+".sha256", err)
 	} else if found {
 		if want != whole {
 			r.add(securityv1.CodeChecksumMismatch, securityv1.SeverityCritical,
@@ -116,7 +120,9 @@ func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 	if appended != nil {
 		content -= sha256.Size
 	}
-	if need, err := highWaterMark(path); err != nil {
+	if need, err := highWaterMark(path); errors.Is(err, errOpen) {
+		return r, unreadable(ref, err)
+	} else if err != nil {
 		r.add(securityv1.CodeEtcdSnapshotCorrupt, securityv1.SeverityCritical, fmt.Sprintf("snapshot %s has no valid bbolt meta page: %v", ref, err))
 		return r, nil
 	} else if content < need {
@@ -143,6 +149,21 @@ func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 			fmt.Sprintf("snapshot %s is intact: appended SHA-256 matches, revision %d, %d keys", ref, sum.Revision, sum.TotalKey))
 	}
 	return r, nil
+}
+
+// ErrUnreadable is a snapshot (or its sidecar) the verifier could not open or read: trouble
+// carrying the check out, which says nothing about the snapshot. etcdctl, kubeadm, k3s and RKE2
+// save snapshots 0600 and root-owned.
+var ErrUnreadable = errors.New("the snapshot could not be read")
+
+// errNoDigest is a sidecar that was read and holds no SHA-256 digest: a fact about it.
+var errNoDigest = errors.New("no SHA-256 digest in the sidecar")
+
+// errOpen marks a failure to open the file (not to parse it).
+var errOpen = errors.New("opening the file")
+
+func unreadable(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnreadable, what, err)
 }
 
 type appendedHash struct {
@@ -194,7 +215,7 @@ func sidecar(path string) (string, bool, error) {
 	}
 	fields := strings.Fields(line)
 	if len(fields) == 0 || len(fields[0]) != 64 {
-		return "", false, fmt.Errorf("no SHA-256 digest in the sidecar")
+		return "", false, errNoDigest
 	}
 	return strings.ToLower(fields[0]), true, nil
 }
@@ -214,7 +235,7 @@ const (
 func highWaterMark(path string) (int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", errOpen, err)
 	}
 	defer f.Close()
 	read := func(off int64) (pageSize uint32, hwm, txid uint64, ok bool) {
