@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -531,5 +532,44 @@ func TestEtcdSnapshot(t *testing.T) {
 				assert.Equal(t, int64(len(data)), r.Spec.SizeBytes)
 			}
 		})
+	}
+}
+
+// TestReusedSandboxNameWaitsForTheEarlierRun: the spec's nightly example reuses one sandbox name
+// every night. A run meeting the previous run's sandbox still being deleted waits for it to go,
+// then verifies: no sandbox-not-owned finding about a good backup.
+func TestReusedSandboxNameWaitsForTheEarlierRun(t *testing.T) {
+	ns := uniq("re")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	sandbox := ns + "-bvsandbox"
+	const hold = "coffer.test/hold"
+	h := newHarness(t)
+
+	first := veleroRun(t, "fr-night-1", vb.Name, securityv1.ModeFullRestore, sandbox)
+	sb := &corev1.Namespace{}
+	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		h.step(first)
+		return cl.Get(ctx, client.ObjectKey{Name: sandbox}, sb) == nil, nil
+	}))
+	// Its deletion will take as long as this test wants.
+	require.NoError(t, cl.Patch(context.Background(), sb, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["`+hold+`"]}}`))))
+	h.finish(first)
+	require.Equal(t, securityv1.RunSucceeded, first.Status.Phase, first.Status.Message)
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb))
+	require.False(t, sb.DeletionTimestamp.IsZero(), "the first run's sandbox is being deleted")
+
+	second := veleroRun(t, "fr-night-2", vb.Name, securityv1.ModeFullRestore, sandbox)
+	for range 3 {
+		h.step(second)
+	}
+	assert.Equal(t, securityv1.RunRunning, second.Status.Phase, "waiting, not failed: %s", second.Status.Message)
+	assert.Empty(t, second.Status.ResultRef)
+
+	require.NoError(t, cl.Patch(context.Background(), sb, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+	h.finish(second)
+	assert.Equal(t, securityv1.RunSucceeded, second.Status.Phase, second.Status.Message)
+	for _, f := range result(t, second).Spec.Findings {
+		assert.NotEqual(t, securityv1.CodeSandboxNotOwned, f.Code, f.Message)
 	}
 }

@@ -146,7 +146,8 @@ func (m *Maker) Ensure(ctx context.Context, run *securityv1.BackupVerifyRun, nam
 // accepts one that carries the UID, then makes sure it holds the verifier's RoleBinding, the
 // deny-all NetworkPolicy and the ResourceQuota of zero pods. A namespace the verifier did not
 // create for this run is refused (a finding), never reused. wait is true while this run's own
-// sandbox from an earlier pass is still being deleted.
+// sandbox from an earlier pass, or an earlier run's sandbox of the same name, is still being
+// deleted.
 func (m *Maker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding, _ error) {
 	ns := &corev1.Namespace{}
 	err := m.Reader.Get(ctx, client.ObjectKey{Name: name}, ns)
@@ -156,6 +157,10 @@ func (m *Maker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyR
 			return true, nil, nil
 		}
 		return false, nil, m.confine(ctx, run, name)
+	case err == nil && ns.Labels[securityv1.LabelRunUID] != "" && !ns.DeletionTimestamp.IsZero():
+		// An earlier run's sandbox of the same name (a nightly run reusing its name), still
+		// being deleted: nothing of it is used, and this run waits until it is gone.
+		return true, nil, nil
 	case err == nil:
 		return false, &securityv1.Finding{Code: securityv1.CodeSandboxNotOwned, Severity: securityv1.SeverityCritical, Object: "core/Namespace " + name,
 			Message: fmt.Sprintf("sandbox namespace %s already exists and was not created for this run; it is never reused", name)}, nil
