@@ -75,7 +75,8 @@ func (r Registry) For(b *backupsv1.Backup) (Reader, error) {
 	case u.Scheme == "s3":
 		return nil, reconcile.TerminalError(fmt.Errorf("the verifier has no object storage to read %s from: set --s3-endpoint and the Secret coffer-verifier-s3 (deploy/verifier/manager)", uri))
 	}
-	return nil, reconcile.TerminalError(fmt.Errorf("the verifier reads no %s:// artifacts (artifact %s of driver %s)", u.Scheme, uri, driver))
+	return nil, reconcile.TerminalError(fmt.Errorf("the verifier reads s3:// artifacts and those of the drivers it knows, not %s:// (artifact %s of driver %s): verify this Backup by full-restore",
+		u.Scheme, uri, driver))
 }
 
 // Missing is an error wrapping ErrMissing whose message is msg (where the artifact was looked for).
