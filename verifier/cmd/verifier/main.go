@@ -134,6 +134,11 @@ func run(ctx context.Context, o options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	// Sandboxes no run will clean up (its run deleted mid-restore, or its cleanup failed).
+	if err := mgr.Add(&sandbox.Sweeper{Reader: mgr.GetAPIReader(), Runs: mgr.GetClient(), Client: mgr.GetClient(), Clock: clock.RealClock{},
+		Grace: sandbox.DefaultSweepGrace, Interval: sandbox.DefaultSweepInterval}); err != nil {
+		return err
+	}
 	// The verifier also runs without Coffer (Velero backups and etcd snapshots only): verdicts,
 	// written on Coffer's Backups, and policies, which watch its Backups and Plans, run only where
 	// Coffer's CRDs are served.

@@ -1,0 +1,101 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+)
+
+// Sweeper deletes the sandboxes no run will clean up: those whose run is gone (deleted mid
+// restore) or ended (its cleanup failed). Only namespaces the verifier made as sandboxes are
+// touched: named with securityv1.SandboxSuffix and labelled with a run's UID (the admission policy
+// coffer-verifier-confinement lets the verifier delete no other namespace), each deleted with a
+// UID precondition. A sandbox younger than Grace is left alone, so a run whose sandbox was just
+// made is never raced.
+type Sweeper struct {
+	// Reader lists sandboxes (the API server directly: nothing else caches namespaces).
+	Reader client.Reader
+	// Runs lists the BackupVerifyRuns (the manager's cache).
+	Runs   client.Reader
+	Client client.Client
+	Clock  clock.PassiveClock
+	// Grace is the age a sandbox must reach before it is swept; Interval the time between sweeps.
+	Grace, Interval time.Duration
+}
+
+// DefaultSweepGrace and DefaultSweepInterval are the sweeper's defaults.
+const (
+	DefaultSweepGrace    = 10 * time.Minute
+	DefaultSweepInterval = 10 * time.Minute
+)
+
+// Start sweeps once, then every Interval, until ctx ends (a manager.Runnable; it runs on the
+// leader only).
+func (s *Sweeper) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("sandbox-sweeper")
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		if n, err := s.Sweep(ctx); err != nil {
+			log.Error(err, "Sweeping sandboxes; retrying at the next sweep")
+		} else if n > 0 {
+			log.Info("Swept sandboxes no run will clean up", "deleted", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep deletes the sandboxes whose run is gone or ended, and reports how many it deleted.
+func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
+	nss := &corev1.NamespaceList{}
+	if err := s.Reader.List(ctx, nss, client.HasLabels{securityv1.LabelRunUID}); err != nil {
+		return 0, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	if len(nss.Items) == 0 {
+		return 0, nil
+	}
+	runs := &securityv1.BackupVerifyRunList{}
+	if err := s.Runs.List(ctx, runs); err != nil {
+		return 0, fmt.Errorf("listing BackupVerifyRuns: %w", err)
+	}
+	live := map[types.UID]bool{}
+	for _, r := range runs.Items {
+		if !r.Status.Phase.IsTerminal() {
+			live[r.UID] = true
+		}
+	}
+	now := s.Clock.Now()
+	deleted := 0
+	for i := range nss.Items {
+		ns := &nss.Items[i]
+		uid := types.UID(ns.Labels[securityv1.LabelRunUID])
+		if !strings.HasSuffix(ns.Name, securityv1.SandboxSuffix) || !ns.DeletionTimestamp.IsZero() || live[uid] ||
+			now.Sub(ns.CreationTimestamp.Time) < s.Grace {
+			continue
+		}
+		if err := s.Client.Delete(ctx, ns, client.Preconditions{UID: &ns.UID}); err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				continue
+			}
+			return deleted, fmt.Errorf("deleting sandbox %s of run %s: %w", ns.Name, uid, err)
+		}
+		deleted++
+		ctrl.LoggerFrom(ctx).Info("Deleted a sandbox whose run is gone or ended", "namespace", klog.KObj(ns), "runUID", uid, "run", ns.Labels[securityv1.LabelRun])
+	}
+	return deleted, nil
+}
