@@ -49,3 +49,49 @@ func TestBackupFieldSelectors(t *testing.T) {
 	assert.Equal(t, []string{"vm1-a", "vm2-a"}, list(client.MatchingFields{"spec.planRef.name": "nightly"}))
 	assert.Empty(t, list(client.MatchingFields{"spec.applicationRef.name": "vm3"}))
 }
+
+// TestApplicationFieldSelectors lists Plans, BackupJobs and Backups by their application's API
+// group, kind and name, as Cozystack's API lets its users do.
+func TestApplicationFieldSelectors(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	specs := map[string]string{
+		"Plan":      `{backupClassName: default, schedule: {type: cron, cron: "0 2 * * *"}}`,
+		"BackupJob": `{backupClassName: default}`,
+		"Backup":    `{strategyRef: {apiGroup: velerodriver.backups.cozystack.io, kind: VeleroBackupStrategy, name: s}, takenAt: "2026-04-29T02:00:00Z"}`,
+	}
+	apps := map[string]string{
+		"vm1":       `{apiGroup: apps.cozystack.io, kind: VirtualMachine, name: vm1}`,
+		"vm2":       `{apiGroup: apps.cozystack.io, kind: VirtualMachine, name: vm2}`,
+		"bucket":    `{apiGroup: apps.cozystack.io, kind: Bucket, name: vm1}`,
+		"other-vm1": `{apiGroup: other.example.com, kind: VirtualMachine, name: vm1}`,
+	}
+	for kind, spec := range specs {
+		t.Run(kind, func(t *testing.T) {
+			for name, app := range apps {
+				o := mustObject(spec)
+				obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "backups.cozystack.io/v1alpha1", "kind": kind,
+					"metadata": map[string]any{"name": name, "namespace": ns}, "spec": o.Object}}
+				require.NoError(t, unstructured.SetNestedMap(obj.Object, mustObject(app).Object, "spec", "applicationRef"))
+				require.NoError(t, cl.Create(ctx, obj))
+			}
+			list := func(fields client.MatchingFields) []string {
+				t.Helper()
+				l := &unstructured.UnstructuredList{}
+				l.SetAPIVersion("backups.cozystack.io/v1alpha1")
+				l.SetKind(kind + "List")
+				require.NoError(t, cl.List(ctx, l, client.InNamespace(ns), fields))
+				var names []string
+				for _, o := range l.Items {
+					names = append(names, o.GetName())
+				}
+				sort.Strings(names)
+				return names
+			}
+			assert.Equal(t, []string{"vm1"}, list(client.MatchingFields{"spec.applicationRef.apiGroup": "apps.cozystack.io", "spec.applicationRef.kind": "VirtualMachine", "spec.applicationRef.name": "vm1"}))
+			assert.Equal(t, []string{"bucket", "other-vm1", "vm1"}, list(client.MatchingFields{"spec.applicationRef.name": "vm1"}))
+			assert.Equal(t, []string{"other-vm1"}, list(client.MatchingFields{"spec.applicationRef.apiGroup": "other.example.com"}))
+			assert.Equal(t, []string{"bucket"}, list(client.MatchingFields{"spec.applicationRef.kind": "Bucket"}))
+		})
+	}
+}
