@@ -31,6 +31,23 @@ type Finding struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Object string `json:"object,omitempty"`
+
+	// detail is the message (its first 1024 bytes), in the field ugallu's consumers read
+	// (ugallu's BackupVerifyResult requires it). The verifier writes it on every finding of a
+	// Result.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Detail string `json:"detail,omitempty"`
+}
+
+// DerivedFromRun names the run a result was derived from, in the result's namespace (ugallu's
+// field; runRef is Coffer's, with the run's UID).
+type DerivedFromRun struct {
+	// name of the run.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // RunReference points at the BackupVerifyRun a result belongs to.
@@ -86,6 +103,19 @@ type BackupVerifyResultSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	Details map[string]string `json:"details,omitempty"`
+
+	// derivedFromRun, checksum and restoredObjectCount are ugallu's fields of a result, written
+	// beside Coffer's (runRef, computedChecksum, objectsRestored) so that ugallu's consumers read
+	// Coffer's Results: the run's name, the computed SHA-256 as lowercase hex without prefix, and
+	// the objects a full-restore brought back.
+	// +optional
+	DerivedFromRun *DerivedFromRun `json:"derivedFromRun,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Checksum string `json:"checksum,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RestoredObjectCount int64 `json:"restoredObjectCount,omitempty"`
 
 	// findings of the run, worst first.
 	// +optional

@@ -307,6 +307,7 @@ func (r *Reconciler) writeResult(ctx context.Context, s *scope, out backend.Outc
 	findings := out.Findings
 	for i := range findings {
 		findings[i].Message = truncate(findings[i].Message, 4096)
+		findings[i].Detail = truncate(findings[i].Message, 1024)
 		findings[i].Object = truncate(findings[i].Object, 512)
 	}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity.Rank() > findings[j].Severity.Rank() })
@@ -327,6 +328,11 @@ func (r *Reconciler) writeResult(ctx context.Context, s *scope, out backend.Outc
 			Backend: run.Spec.Backend, BackupRef: run.Spec.BackupRef, Mode: mode(run),
 			RecordedChecksum: out.RecordedChecksum, ComputedChecksum: out.ComputedChecksum, SizeBytes: out.SizeBytes,
 			ObjectsExpected: out.ObjectsExpected, ObjectsRestored: out.ObjectsRestored,
+			// ugallu's fields, for its consumers.
+			DerivedFromRun:      &securityv1.DerivedFromRun{Name: run.Name},
+			Checksum:            strings.TrimPrefix(out.ComputedChecksum, "sha256:"),
+			RestoredObjectCount: int64(out.ObjectsRestored),
+
 			Details: out.Details, Findings: findings,
 		},
 	}
