@@ -62,6 +62,13 @@ type BackupRef struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace,omitempty"`
+
+	// storageLocation, for the velero backend, is the BackupStorageLocation the backup is expected
+	// in (ugallu's field): a backup stored elsewhere is not verified (the run fails, saying where
+	// it is). Unset: wherever Velero stored it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageLocation string `json:"storageLocation,omitempty"`
 }
 
 // BackupVerifyRunSpec is one verification. It is immutable once created.

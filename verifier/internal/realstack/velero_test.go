@@ -573,3 +573,30 @@ func TestReusedSandboxNameWaitsForTheEarlierRun(t *testing.T) {
 		assert.NotEqual(t, securityv1.CodeSandboxNotOwned, f.Code, f.Message)
 	}
 }
+
+// TestStorageLocationOfTheRun: a run may say where the backup is expected (backupRef.storageLocation,
+// ugallu's field); a backup found there verifies, one stored elsewhere is not verified and the run
+// fails saying where it is, with no finding about the backup.
+func TestStorageLocationOfTheRun(t *testing.T) {
+	ns := uniq("sl")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	for _, tt := range []struct {
+		location string
+		phase    securityv1.RunPhase
+	}{
+		{vb.Spec.StorageLocation, securityv1.RunSucceeded},
+		{"elsewhere", securityv1.RunFailed},
+	} {
+		h := newHarness(t)
+		run := newRun(t, "sl-"+tt.location, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
+			BackupRef: securityv1.BackupRef{Name: vb.Name, Namespace: velerostack.Namespace, StorageLocation: tt.location}, Mode: securityv1.ModeChecksumOnly})
+		h.finish(run)
+		require.Equal(t, tt.phase, run.Status.Phase, run.Status.Message)
+		if tt.phase == securityv1.RunFailed {
+			assert.Equal(t, securityv1.ReasonBackupVerifyFailed, meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady).Reason)
+			assert.Contains(t, run.Status.Message, `is stored in location "`+vb.Spec.StorageLocation+`", not in "elsewhere"`)
+			assert.Empty(t, result(t, run).Spec.Findings, "nothing is said of the backup")
+		}
+	}
+}

@@ -91,6 +91,10 @@ func (c *Checker) locate(ctx context.Context, run *securityv1.BackupVerifyRun, o
 			fmt.Sprintf("Velero backup %s is %q, not Completed", key, vb.Status.Phase))
 		return nil, nil, nil
 	}
+	if want := run.Spec.BackupRef.StorageLocation; want != "" && want != vb.Spec.StorageLocation {
+		return nil, nil, reconcile.TerminalError(fmt.Errorf("Velero backup %s is stored in location %q, not in %q as the run's backupRef.storageLocation says: it was not verified",
+			key, vb.Spec.StorageLocation, want))
+	}
 	bslKey := client.ObjectKey{Namespace: vb.Namespace, Name: vb.Spec.StorageLocation}
 	bsl := &velerov1.BackupStorageLocation{}
 	err = c.Reader.Get(ctx, bslKey, bsl)
