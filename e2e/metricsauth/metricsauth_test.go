@@ -17,7 +17,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -136,4 +138,57 @@ func shippedReader(t *testing.T, root string) types.NamespacedName {
 	}
 	require.Len(t, found, 1, "deploy/ binds coffer-metrics-reader to one ServiceAccount, Prometheus's")
 	return found[0]
+}
+
+// TestPrometheusMayDiscoverTheComponents: kube-prometheus's Prometheus (monitoring/prometheus-k8s)
+// may discover targets only in default, kube-system and monitoring; what deploy/monitoring ships
+// lets it list and watch services, endpoints, endpoint slices and pods in every component's
+// namespace, and nowhere else (SubjectAccessReviews on the real API server).
+func TestPrometheusMayDiscoverTheComponents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := manifests.RepoRoot()
+	require.NoError(t, err)
+	c, err := cluster.Start(ctx, cluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+	cl, err := client.New(c.Config, client.Options{Scheme: cluster.Scheme})
+	require.NoError(t, err)
+	namespaces := map[string]bool{}
+	for _, comp := range manifests.Components {
+		objs, err := manifests.Render(filepath.Join(root, "deploy", "monitoring", comp))
+		require.NoError(t, err)
+		var rbac []*unstructured.Unstructured
+		for _, o := range objs {
+			switch o.GetKind() {
+			case "Namespace", "Role", "RoleBinding":
+				rbac = append(rbac, o)
+			}
+			if o.GetKind() == "Deployment" {
+				namespaces[o.GetNamespace()] = true
+			}
+		}
+		require.NoError(t, manifests.Apply(ctx, cl, rbac))
+	}
+	require.NotEmpty(t, namespaces)
+	prometheus := "system:serviceaccount:monitoring:prometheus-k8s"
+	allowed := func(ns, group, resource, verb string) bool {
+		t.Helper()
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: prometheus,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:monitoring", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Verb: verb}}}
+		require.NoError(t, cl.Create(ctx, sar))
+		return sar.Status.Allowed
+	}
+	for ns := range namespaces {
+		for _, r := range []struct{ group, resource string }{{"", "services"}, {"", "endpoints"}, {"", "pods"}, {"discovery.k8s.io", "endpointslices"}} {
+			for _, verb := range []string{"list", "watch"} {
+				// RBAC objects take effect when the authorizer's informers see them.
+				require.Eventually(t, func() bool { return allowed(ns, r.group, r.resource, verb) }, time.Minute, 200*time.Millisecond,
+					"%s may %s %s in %s", prometheus, verb, r.resource, ns)
+			}
+		}
+		assert.False(t, allowed(ns, "", "secrets", "list"), "nothing beyond discovery in %s", ns)
+	}
+	assert.False(t, allowed("tenant-a", "", "pods", "list"), "no discovery outside the components' namespaces")
 }

@@ -171,7 +171,8 @@ func TestPrometheusRules(t *testing.T) {
 
 // TestMonitoringOverlays: deploy/<component> has no object of the Prometheus Operator (a bare
 // cluster lacks their CRDs) and keeps its metrics Service; deploy/monitoring/<component> adds the
-// ServiceMonitor and the PrometheusRule and changes nothing else.
+// ServiceMonitor, the PrometheusRule and the Role and RoleBinding that let Prometheus discover its
+// targets, and changes nothing else.
 func TestMonitoringOverlays(t *testing.T) {
 	root, err := manifests.RepoRoot()
 	require.NoError(t, err)
@@ -200,8 +201,8 @@ func TestMonitoringOverlays(t *testing.T) {
 				}
 			}
 			sort.Strings(added)
-			assert.Equal(t, []string{"PrometheusRule", "ServiceMonitor"}, added)
-			assert.Len(t, with, len(base)+2)
+			assert.Equal(t, []string{"PrometheusRule", "Role", "RoleBinding", "ServiceMonitor"}, added)
+			assert.Len(t, with, len(base)+4)
 
 			for _, o := range with {
 				if o.GetKind() != "ServiceMonitor" {

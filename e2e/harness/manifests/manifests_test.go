@@ -45,7 +45,9 @@ func TestComponentsRender(t *testing.T) {
 			}
 			assert.Equal(t, 1, mon["ServiceMonitor"], "deploy/monitoring/%s adds a ServiceMonitor", c)
 			assert.Equal(t, 1, mon["PrometheusRule"], "deploy/monitoring/%s adds a PrometheusRule", c)
-			assert.Len(t, with, len(objs)+2, "deploy/monitoring/%s is deploy/%s and its two monitoring objects", c, c)
+			assert.Equal(t, kinds["Role"]+1, mon["Role"], "deploy/monitoring/%s adds Prometheus's discovery Role", c)
+			assert.Equal(t, kinds["RoleBinding"]+1, mon["RoleBinding"], "deploy/monitoring/%s adds Prometheus's discovery RoleBinding", c)
+			assert.Len(t, with, len(objs)+4, "deploy/monitoring/%s is deploy/%s, its two monitoring objects and Prometheus's discovery RBAC", c, c)
 		})
 	}
 }
