@@ -44,7 +44,7 @@ type options struct {
 	metricsCertDir                      string
 	clusterID, clusterName, snapshotDir string
 	leaderElect, metricsSecure          bool
-	downloadTimeout                     time.Duration
+	downloadTimeout, runTTL             time.Duration
 	serviceAccount                      string
 	s3Endpoint, s3Region, s3CAFile      string
 }
@@ -68,6 +68,7 @@ func main() {
 		"S3 endpoint (http(s)://host[:port]) that checksum-only reads the s3:// artifacts of Coffer Backups from, with the read-only credentials of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; empty means such artifacts cannot be verified checksum-only (Velero-made Backups are read through Velero).")
 	flag.StringVar(&o.s3Region, "s3-region", "", "Region of --s3-endpoint; empty lets the client ask the server.")
 	flag.StringVar(&o.s3CAFile, "s3-ca-file", "", "PEM CA bundle trusted for --s3-endpoint besides the system's roots.")
+	flag.DurationVar(&o.runTTL, "run-ttl", policy.DefaultRunTTL, "How long an ended BackupVerifyRun is kept, with its Result and SecurityEvents; 0 keeps them forever.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -133,6 +134,11 @@ func run(ctx context.Context, o options) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if o.runTTL > 0 {
+		if err := mgr.Add(&policy.HistoryPruner{Client: mgr.GetClient(), Clock: clock.RealClock{}, TTL: o.runTTL}); err != nil {
+			return err
+		}
 	}
 	// Sandboxes no run will clean up (its run deleted mid-restore, or its cleanup failed).
 	if err := mgr.Add(&sandbox.Sweeper{Reader: mgr.GetAPIReader(), Runs: mgr.GetClient(), Client: mgr.GetClient(), Clock: clock.RealClock{},

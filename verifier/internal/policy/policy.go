@@ -303,11 +303,8 @@ func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRu
 		case err != nil && !apierrors.IsNotFound(err):
 			return fmt.Errorf("reading Backup %s/%s: %w", run.Namespace, run.Spec.BackupRef.Name, err)
 		}
-		if err := r.Client.DeleteAllOf(ctx, &securityv1.SecurityEvent{}, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
-			return fmt.Errorf("deleting the SecurityEvents of run %s/%s: %w", run.Namespace, run.Name, err)
-		}
-		if err := r.Client.Delete(ctx, run, client.Preconditions{UID: &run.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting run %s/%s: %w", run.Namespace, run.Name, err)
+		if err := deleteRun(ctx, r.Client, run); err != nil {
+			return err
 		}
 		ctrl.LoggerFrom(ctx).Info("Deleted the run of a Backup that is gone, with its Result and SecurityEvents", "run", klog.KObj(run))
 	}
