@@ -57,3 +57,57 @@ func TestShippedNamespacesEnforcePodSecurity(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestManagedVerifierVariant: deploy/managed/verifier is deploy/verifier without the etcd-snapshot
+// backend, for clusters whose control plane takes no pods: the same objects, a Deployment that
+// neither pins itself to a control-plane node nor mounts a host path, and a namespace enforcing
+// Pod Security restricted, which admits its pods and refuses those of the default install.
+func TestManagedVerifierVariant(t *testing.T) {
+	ctx := context.Background()
+	base, err := manifests.Render(filepath.Join(root, "deploy", "verifier"))
+	require.NoError(t, err)
+	managed, err := manifests.Render(filepath.Join(root, "deploy", "managed", "verifier"))
+	require.NoError(t, err)
+	key := func(o *unstructured.Unstructured) string { return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName() }
+	var baseKeys, managedKeys []string
+	deployments := map[string]*appsv1.Deployment{}
+	var labels map[string]string
+	for name, objs := range map[string][]*unstructured.Unstructured{"base": base, "managed": managed} {
+		for _, o := range objs {
+			if name == "base" {
+				baseKeys = append(baseKeys, key(o))
+			} else {
+				managedKeys = append(managedKeys, key(o))
+			}
+			switch o.GetKind() {
+			case "Deployment":
+				d := &appsv1.Deployment{}
+				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+				deployments[name] = d
+			case "Namespace":
+				if name == "managed" {
+					labels = o.GetLabels()
+				}
+			}
+		}
+	}
+	assert.ElementsMatch(t, baseKeys, managedKeys, "the same objects")
+	m := deployments["managed"].Spec.Template.Spec
+	assert.Empty(t, m.NodeSelector)
+	assert.Empty(t, m.Tolerations)
+	assert.Empty(t, m.Volumes)
+	assert.Empty(t, m.Containers[0].VolumeMounts)
+	assert.Contains(t, m.Containers[0].Args, "--etcd-snapshot-dir=", "no etcd-snapshot backend")
+	assert.Equal(t, "restricted", labels["pod-security.kubernetes.io/enforce"])
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "managed-verifier-", Labels: labels}}
+	require.NoError(t, cl.Create(ctx, ns))
+	pod := func(spec corev1.PodSpec) *corev1.Pod {
+		spec.ServiceAccountName = ""
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "template-", Namespace: ns.Name}, Spec: spec}
+	}
+	assert.NoError(t, cl.Create(ctx, pod(m), client.DryRunAll), "the managed verifier's pods meet restricted")
+	err = cl.Create(ctx, pod(deployments["base"].Spec.Template.Spec), client.DryRunAll)
+	require.Error(t, err, "the default verifier's pods (a hostPath) do not")
+	assert.Contains(t, err.Error(), "violates PodSecurity")
+}

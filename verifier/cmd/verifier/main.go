@@ -60,7 +60,7 @@ func main() {
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
 	flag.StringVar(&o.clusterID, "cluster-id", "", "Cluster id recorded in every SecurityEvent.")
 	flag.StringVar(&o.clusterName, "cluster-name", "", "Cluster name recorded in every SecurityEvent.")
-	flag.StringVar(&o.snapshotDir, "etcd-snapshot-dir", "/var/lib/etcd-snapshots", "Directory of etcd snapshots; a run's backupRef.name is a path inside it.")
+	flag.StringVar(&o.snapshotDir, "etcd-snapshot-dir", "/var/lib/etcd-snapshots", "Directory of etcd snapshots; a run's backupRef.name is a path inside it. Empty: no etcd-snapshot backend (managed clusters).")
 	flag.DurationVar(&o.downloadTimeout, "download-timeout", 2*time.Minute, "How long to wait for Velero to answer a DownloadRequest.")
 	flag.StringVar(&o.serviceAccount, "service-account", "",
 		"The verifier's own ServiceAccount (<namespace>/<name>), bound to ClusterRole coffer-verifier-sandbox in each sandbox; empty means the identity the API server sees.")
@@ -127,10 +127,14 @@ func run(ctx context.Context, o options) error {
 		Backends: map[securityv1.Backend]backend.Backend{
 			securityv1.BackendVelero:       vc,
 			securityv1.BackendCoffer:       &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Artifacts: artifacts, Sandbox: sb},
-			securityv1.BackendEtcdSnapshot: &etcdsnap.Backend{Dir: o.snapshotDir},
 		},
 		Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
 		ClusterID: o.clusterID, ClusterName: o.clusterName,
+	}
+	// Without a snapshot directory (deploy/managed/verifier) there is no etcd-snapshot backend:
+	// its runs fail BackendNotConfigured.
+	if o.snapshotDir != "" {
+		r.Backends[securityv1.BackendEtcdSnapshot] = &etcdsnap.Backend{Dir: o.snapshotDir}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
