@@ -18,9 +18,6 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,7 +25,6 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // tlsMinIO puts a TLS endpoint with a self-signed certificate in front of the stack's MinIO (the
@@ -54,25 +50,7 @@ func TestSelfSignedStorageLocation(t *testing.T) {
 	ctx := context.Background()
 	endpoint, ca := tlsMinIO(t)
 	name := uniq("tls")
-	bsl := &velerov1.BackupStorageLocation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: velerostack.Namespace},
-		Spec: velerov1.BackupStorageLocationSpec{Provider: "aws",
-			StorageType: velerov1.StorageType{ObjectStorage: &velerov1.ObjectStorageLocation{Bucket: velerostack.Bucket, Prefix: name, CACert: ca}},
-			Config:      map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}}}
-	require.NoError(t, cl.Create(ctx, bsl))
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := cl.Get(ctx, client.ObjectKeyFromObject(bsl), bsl)
-		return bsl.Status.Phase == velerov1.BackupStorageLocationPhaseAvailable, err
-	}), "velero validates the TLS location: %s\n%s", bsl.Status.Message, stack.VeleroLog())
-
-	ns := uniq("tlsns")
-	namespaceWithData(t, ns)
-	vb := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: ns, Namespace: velerostack.Namespace},
-		Spec: velerov1.BackupSpec{IncludedNamespaces: []string{ns}, StorageLocation: bsl.Name, SnapshotVolumes: ptr(false)}}
-	require.NoError(t, cl.Create(ctx, vb))
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := cl.Get(ctx, client.ObjectKeyFromObject(vb), vb)
-		return vb.Status.Phase == velerov1.BackupPhaseCompleted, err
-	}), "velero backup through the TLS location: %s\n%s", vb.Status.Phase, stack.VeleroLog())
+	_, vb := backupThrough(t, name, map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": endpoint}, ca)
 	vb.Annotations = map[string]string{backupsv1.AnnotationChecksum: "sha256:" + hex.EncodeToString(bucketSum(t, name+"/backups/"+vb.Name+"/"+vb.Name+".tar.gz"))}
 	require.NoError(t, cl.Update(ctx, vb))
 

@@ -265,3 +265,31 @@ func codes(fs []securityv1.Finding) []string {
 func uniq(prefix string) string {
 	return prefix + "-" + strings.ToLower(fmt.Sprintf("%x", time.Now().UnixNano()%0xffffff))
 }
+
+// backupThrough creates a storage location named name (prefix name in the suite's bucket) with
+// the given provider config, waits until Velero finds it Available, and backs up a new namespace
+// with data through it; it returns the location and the completed backup.
+func backupThrough(t *testing.T, name string, config map[string]string, caCert []byte) (*velerov1.BackupStorageLocation, *velerov1.Backup) {
+	t.Helper()
+	ctx := context.Background()
+	bsl := &velerov1.BackupStorageLocation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: velerostack.Namespace},
+		Spec: velerov1.BackupStorageLocationSpec{Provider: "aws",
+			StorageType: velerov1.StorageType{ObjectStorage: &velerov1.ObjectStorageLocation{Bucket: velerostack.Bucket, Prefix: name, CACert: caCert}},
+			Config:      config}}
+	require.NoError(t, cl.Create(ctx, bsl))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, client.ObjectKeyFromObject(bsl), bsl)
+		return bsl.Status.Phase == velerov1.BackupStorageLocationPhaseAvailable, err
+	}), "velero validates location %s: %s\n%s", name, bsl.Status.Message, stack.VeleroLog())
+
+	ns := uniq(name + "ns")
+	namespaceWithData(t, ns)
+	vb := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: ns, Namespace: velerostack.Namespace},
+		Spec: velerov1.BackupSpec{IncludedNamespaces: []string{ns}, StorageLocation: bsl.Name, SnapshotVolumes: ptr(false)}}
+	require.NoError(t, cl.Create(ctx, vb))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, client.ObjectKeyFromObject(vb), vb)
+		return vb.Status.Phase == velerov1.BackupPhaseCompleted, err
+	}), "velero backup through location %s: %s\n%s", name, vb.Status.Phase, stack.VeleroLog())
+	return bsl, vb
+}

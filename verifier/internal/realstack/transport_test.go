@@ -1,7 +1,6 @@
 package realstack
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,11 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
@@ -100,28 +96,10 @@ func (p *cuttingProxy) take() bool {
 // retries and passes with no finding; cut every time, the run ends Failed BackupVerifyFailed at
 // its deadline, with no finding about the Backup and no verdict on it.
 func TestCutDownloadIsRetriedNotAVerdict(t *testing.T) {
-	ctx := context.Background()
 	proxy := newCuttingProxy(t)
 	name := uniq("cut")
-	bsl := &velerov1.BackupStorageLocation{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: velerostack.Namespace},
-		Spec: velerov1.BackupStorageLocationSpec{Provider: "aws",
-			StorageType: velerov1.StorageType{ObjectStorage: &velerov1.ObjectStorageLocation{Bucket: velerostack.Bucket, Prefix: name}},
-			Config:      map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": stack.S3URL(), "publicUrl": proxy.URL}}}
-	require.NoError(t, cl.Create(ctx, bsl))
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := cl.Get(ctx, client.ObjectKeyFromObject(bsl), bsl)
-		return bsl.Status.Phase == velerov1.BackupStorageLocationPhaseAvailable, err
-	}), "velero validates the location: %s\n%s", bsl.Status.Message, stack.VeleroLog())
-
-	ns := uniq("cutns")
-	namespaceWithData(t, ns)
-	vb := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: ns, Namespace: velerostack.Namespace},
-		Spec: velerov1.BackupSpec{IncludedNamespaces: []string{ns}, StorageLocation: bsl.Name, SnapshotVolumes: ptr(false)}}
-	require.NoError(t, cl.Create(ctx, vb))
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := cl.Get(ctx, client.ObjectKeyFromObject(vb), vb)
-		return vb.Status.Phase == velerov1.BackupPhaseCompleted, err
-	}), "velero backup: %s\n%s", vb.Status.Phase, stack.VeleroLog())
+	_, vb := backupThrough(t, name, map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": stack.S3URL(), "publicUrl": proxy.URL}, nil)
+	ns := vb.Spec.IncludedNamespaces[0]
 	dm := map[string]string{velerodriverv1.MetaBackupName: vb.Name, velerodriverv1.MetaNamespace: velerostack.Namespace}
 	art := &backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + name + "/backups/" + vb.Name + "/" + vb.Name + ".tar.gz", Checksum: "sha256:" + strings.Repeat("0", 64)}
 
