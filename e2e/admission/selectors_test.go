@@ -30,19 +30,7 @@ func TestBackupFieldSelectors(t *testing.T) {
 		require.NoError(t, unstructured.SetNestedField(b.Object, "2026-04-29T02:00:00Z", "spec", "takenAt"))
 		require.NoError(t, cl.Create(ctx, b))
 	}
-	list := func(fields client.MatchingFields) []string {
-		t.Helper()
-		l := &unstructured.UnstructuredList{}
-		l.SetAPIVersion("backups.cozystack.io/v1alpha1")
-		l.SetKind("BackupList")
-		require.NoError(t, cl.List(ctx, l, client.InNamespace(ns), fields))
-		var names []string
-		for _, b := range l.Items {
-			names = append(names, b.GetName())
-		}
-		sort.Strings(names)
-		return names
-	}
+	list := func(fields client.MatchingFields) []string { return listNames(t, "Backup", ns, fields) }
 	assert.Equal(t, []string{"vm1-a", "vm1-b"}, list(client.MatchingFields{"spec.applicationRef.kind": "VirtualMachine", "spec.applicationRef.name": "vm1"}))
 	assert.Equal(t, []string{"bucket-vm1", "vm1-a", "vm1-b"}, list(client.MatchingFields{"spec.applicationRef.name": "vm1"}))
 	assert.Equal(t, []string{"bucket-vm1"}, list(client.MatchingFields{"spec.applicationRef.kind": "Bucket"}))
@@ -75,23 +63,26 @@ func TestApplicationFieldSelectors(t *testing.T) {
 				require.NoError(t, unstructured.SetNestedMap(obj.Object, mustObject(app).Object, "spec", "applicationRef"))
 				require.NoError(t, cl.Create(ctx, obj))
 			}
-			list := func(fields client.MatchingFields) []string {
-				t.Helper()
-				l := &unstructured.UnstructuredList{}
-				l.SetAPIVersion("backups.cozystack.io/v1alpha1")
-				l.SetKind(kind + "List")
-				require.NoError(t, cl.List(ctx, l, client.InNamespace(ns), fields))
-				var names []string
-				for _, o := range l.Items {
-					names = append(names, o.GetName())
-				}
-				sort.Strings(names)
-				return names
-			}
+			list := func(fields client.MatchingFields) []string { return listNames(t, kind, ns, fields) }
 			assert.Equal(t, []string{"vm1"}, list(client.MatchingFields{"spec.applicationRef.apiGroup": "apps.cozystack.io", "spec.applicationRef.kind": "VirtualMachine", "spec.applicationRef.name": "vm1"}))
 			assert.Equal(t, []string{"bucket", "other-vm1", "vm1"}, list(client.MatchingFields{"spec.applicationRef.name": "vm1"}))
 			assert.Equal(t, []string{"other-vm1"}, list(client.MatchingFields{"spec.applicationRef.apiGroup": "other.example.com"}))
 			assert.Equal(t, []string{"bucket"}, list(client.MatchingFields{"spec.applicationRef.kind": "Bucket"}))
 		})
 	}
+}
+
+// listNames lists the objects of a backups.cozystack.io kind in ns that match fields, by name.
+func listNames(t *testing.T, kind, ns string, fields client.MatchingFields) []string {
+	t.Helper()
+	l := &unstructured.UnstructuredList{}
+	l.SetAPIVersion("backups.cozystack.io/v1alpha1")
+	l.SetKind(kind + "List")
+	require.NoError(t, cl.List(context.Background(), l, client.InNamespace(ns), fields))
+	var names []string
+	for _, o := range l.Items {
+		names = append(names, o.GetName())
+	}
+	sort.Strings(names)
+	return names
 }
