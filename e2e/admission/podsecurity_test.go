@@ -68,7 +68,9 @@ func TestManagedVerifierVariant(t *testing.T) {
 	require.NoError(t, err)
 	managed, err := manifests.Render(filepath.Join(root, "deploy", "managed", "verifier"))
 	require.NoError(t, err)
-	key := func(o *unstructured.Unstructured) string { return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName() }
+	key := func(o *unstructured.Unstructured) string {
+		return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+	}
 	var baseKeys, managedKeys []string
 	deployments := map[string]*appsv1.Deployment{}
 	var labels map[string]string

@@ -125,8 +125,8 @@ func run(ctx context.Context, o options) error {
 	r := &verifyrun.Reconciler{
 		Client: mgr.GetClient(),
 		Backends: map[securityv1.Backend]backend.Backend{
-			securityv1.BackendVelero:       vc,
-			securityv1.BackendCoffer:       &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Artifacts: artifacts, Sandbox: sb},
+			securityv1.BackendVelero: vc,
+			securityv1.BackendCoffer: &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Artifacts: artifacts, Sandbox: sb},
 		},
 		Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
 		ClusterID: o.clusterID, ClusterName: o.clusterName,
