@@ -536,40 +536,35 @@ func TestEtcdSnapshot(t *testing.T) {
 }
 
 // TestReusedSandboxNameWaitsForTheEarlierRun: the spec's nightly example reuses one sandbox name
-// every night. A run meeting the previous run's sandbox still being deleted waits for it to go,
-// then verifies: no sandbox-not-owned finding about a good backup.
+// every night. A run meeting the previous night's sandbox (labelled with that run's UID) still
+// being deleted waits for it to go, then verifies: no sandbox-not-owned finding about a good
+// backup.
 func TestReusedSandboxNameWaitsForTheEarlierRun(t *testing.T) {
+	ctx := context.Background()
 	ns := uniq("re")
 	namespaceWithData(t, ns)
 	vb := veleroBackup(t, ns, true, ns)
 	sandbox := ns + "-bvsandbox"
 	const hold = "coffer.test/hold"
+
+	// Last night's sandbox, on its way out; its deletion takes as long as this test wants.
+	sb := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sandbox, Finalizers: []string{hold},
+		Labels: map[string]string{securityv1.LabelRunUID: "6c1f3e2a-0000-4000-8000-000000000001", securityv1.LabelRun: "fr-night-1"}}}
+	require.NoError(t, cl.Create(ctx, sb))
+	require.NoError(t, cl.Delete(ctx, sb))
+
 	h := newHarness(t)
-
-	first := veleroRun(t, "fr-night-1", vb.Name, securityv1.ModeFullRestore, sandbox)
-	sb := &corev1.Namespace{}
-	require.NoError(t, wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		h.step(first)
-		return cl.Get(ctx, client.ObjectKey{Name: sandbox}, sb) == nil, nil
-	}))
-	// Its deletion will take as long as this test wants.
-	require.NoError(t, cl.Patch(context.Background(), sb, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["`+hold+`"]}}`))))
-	h.finish(first)
-	require.Equal(t, securityv1.RunSucceeded, first.Status.Phase, first.Status.Message)
-	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb))
-	require.False(t, sb.DeletionTimestamp.IsZero(), "the first run's sandbox is being deleted")
-
-	second := veleroRun(t, "fr-night-2", vb.Name, securityv1.ModeFullRestore, sandbox)
+	run := veleroRun(t, "fr-night-2", vb.Name, securityv1.ModeFullRestore, sandbox)
 	for range 3 {
-		h.step(second)
+		h.step(run)
 	}
-	assert.Equal(t, securityv1.RunRunning, second.Status.Phase, "waiting, not failed: %s", second.Status.Message)
-	assert.Empty(t, second.Status.ResultRef)
+	assert.Equal(t, securityv1.RunRunning, run.Status.Phase, "waiting, not failed: %s", run.Status.Message)
+	assert.Empty(t, run.Status.ResultRef)
 
-	require.NoError(t, cl.Patch(context.Background(), sb, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
-	h.finish(second)
-	assert.Equal(t, securityv1.RunSucceeded, second.Status.Phase, second.Status.Message)
-	for _, f := range result(t, second).Spec.Findings {
+	require.NoError(t, cl.Patch(ctx, sb, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+	h.finish(run)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+	for _, f := range result(t, run).Spec.Findings {
 		assert.NotEqual(t, securityv1.CodeSandboxNotOwned, f.Code, f.Message)
 	}
 }
