@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,10 +99,7 @@ func run(m *testing.M) int {
 	}
 	rec := events.NewFakeRecorder(1000)
 	go func() {
-		for e := range rec.Events {
-			managerEvents.Lock()
-			managerEvents.seen = append(managerEvents.seen, e)
-			managerEvents.Unlock()
+		for range rec.Events { // drain
 		}
 	}()
 	if err := newKit(mgr.GetClient(), rec).SetupWithManager(mgr); err != nil {
@@ -122,25 +117,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "velero server log (tail):\n"+stack.VeleroLog())
 	}
 	return code
-}
-
-// managerEvents are the events the running manager's driver emitted ("<type> <reason> <message>").
-var managerEvents struct {
-	sync.Mutex
-	seen []string
-}
-
-// emitted reports whether the running manager's driver emitted an event with reason whose message
-// contains what.
-func emitted(reason, what string) bool {
-	managerEvents.Lock()
-	defer managerEvents.Unlock()
-	for _, e := range managerEvents.seen {
-		if strings.Contains(e, " "+reason+" ") && strings.Contains(e, what) {
-			return true
-		}
-	}
-	return false
 }
 
 // newKit is the driver on client c, as a restarted process would run it.
