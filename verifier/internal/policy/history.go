@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,20 +32,14 @@ type HistoryPruner struct {
 // Start prunes once, then every hour, until ctx ends (a manager.Runnable).
 func (p *HistoryPruner) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("run-history")
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if n, err := p.Prune(ctx); err != nil {
 			log.Error(err, "Pruning ended runs; retrying at the next pass")
 		} else if n > 0 {
 			log.Info("Deleted runs that ended more than their TTL ago, with their Results and SecurityEvents", "deleted", n, "ttl", p.TTL)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	}, time.Hour)
+	return nil
 }
 
 // Prune deletes the runs that ended more than TTL ago and reports how many.

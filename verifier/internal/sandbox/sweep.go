@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,20 +45,14 @@ const (
 // leader only).
 func (s *Sweeper) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("sandbox-sweeper")
-	t := time.NewTicker(s.Interval)
-	defer t.Stop()
-	for {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if n, err := s.Sweep(ctx); err != nil {
 			log.Error(err, "Sweeping sandboxes; retrying at the next sweep")
 		} else if n > 0 {
 			log.Info("Swept sandboxes no run will clean up", "deleted", n)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	}, s.Interval)
+	return nil
 }
 
 // Sweep deletes the sandboxes whose run is gone or ended, and reports how many it deleted.
