@@ -34,6 +34,8 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into deploy/<component>/.
 		(cd apis && GOWORK=off $(CONTROLLER_GEN) crd paths=./$$g/... output:crd:dir=../deploy/$$c/crd); \
 		$(CONTROLLER_GEN) rbac:roleName=coffer-$$c paths=./$$c/... output:rbac:dir=deploy/$$c/rbac; \
 	done
+	@# ugallu's SecurityEvent CRD is an install of its own: a cluster that runs ugallu keeps ugallu's.
+	mv deploy/verifier/crd/security.ugallu.io_securityevents.yaml deploy/verifier/securityevents/
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module (workspace modules, testbin wrappers, the third-party toy driver).

@@ -39,10 +39,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	var crdDirs []string
-	for _, c := range manifests.Components {
-		crdDirs = append(crdDirs, filepath.Join(root, "deploy", c, "crd"))
-	}
+	crdDirs := manifests.CRDDirs(root, manifests.Components...)
 	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: crdDirs})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "admission tests need a real API server:", err)

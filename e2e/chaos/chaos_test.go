@@ -796,8 +796,8 @@ func (ch *chaos) checkVerifyRuns() {
 			t.Errorf("BackupVerifyRun %s/%s has %d BackupVerifyResults (want 1)", run.Namespace, run.Name, len(res))
 		} else {
 			r := res[0]
-			if r.Namespace != run.Namespace || r.Name != run.Name || run.Status.ResultRef != r.Name || r.Labels[securityv1.LabelRun] != backupsv1.BoundedName(63, run.Name) {
-				t.Errorf("the BackupVerifyResult of run %s/%s is %s/%s (label %q), the run's resultRef %q", run.Namespace, run.Name, r.Namespace, r.Name, r.Labels[securityv1.LabelRun], run.Status.ResultRef)
+			if r.Namespace != run.Namespace || r.Name != securityv1.ResultName(run.Name) || run.Status.ResultName() != r.Name || r.Labels[securityv1.LabelRun] != backupsv1.BoundedName(63, run.Name) {
+				t.Errorf("the BackupVerifyResult of run %s/%s is %s/%s (label %q), the run's resultRef %q", run.Namespace, run.Name, r.Namespace, r.Name, r.Labels[securityv1.LabelRun], run.Status.ResultName())
 			}
 			if len(terminal) == 1 {
 				if want := securityv1.TerminalEventType(run.Status.Phase, r.Spec.Findings); terminal[0] != want {
@@ -832,7 +832,7 @@ func (ch *chaos) checkVerifyRuns() {
 		if !runUIDs[uid] {
 			var what []string
 			for _, e := range es {
-				what = append(what, fmt.Sprintf("%s %s of %s/%s", e.Name, e.Spec.Type, e.Spec.Subject.Namespace, e.Spec.Subject.Name))
+				what = append(what, fmt.Sprintf("%s %s of %s/%s", e.Name, e.Spec.Type, e.Spec.Signals["run.namespace"], e.Spec.Signals["run.name"]))
 			}
 			t.Errorf("%d SecurityEvents belong to no run (run-uid %q): %v", len(es), uid, what)
 		}
@@ -1098,7 +1098,7 @@ func (ch *chaos) checkPolicyRuns() {
 				run.Labels[securityv1.LabelPlan], run.Spec.Backend, run.Spec.BackupRef.Namespace, run.Spec.BackupRef.Name, run.Spec.SandboxNamespace)
 		}
 		res := &securityv1.BackupVerifyResult{}
-		if err := ch.c.Get(ch.ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Name}, res); err != nil {
+		if err := ch.c.Get(ch.ctx, client.ObjectKey{Namespace: run.Namespace, Name: securityv1.ResultName(run.Name)}, res); err != nil {
 			t.Errorf("policy run %s/%s: reading its BackupVerifyResult: %v", run.Namespace, run.Name, err) // and checkVerifyRuns says more
 			continue
 		}

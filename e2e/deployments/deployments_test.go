@@ -212,6 +212,11 @@ func start(t *testing.T, ctx context.Context) *env {
 		}
 		require.NoError(t, manifests.Apply(ctx, cl, take), "installing deploy/%s", comp)
 		e.comps = append(e.comps, describe(t, comp, take))
+		for _, x := range manifests.Extras[comp] { // a cluster without ugallu: its SecurityEvent CRD
+			objs, err := manifests.Render(filepath.Join(root, "deploy", comp, x))
+			require.NoError(t, err)
+			require.NoError(t, manifests.Apply(ctx, cl, objs), "installing deploy/%s/%s", comp, x)
+		}
 	}
 	e.waitRolledOut(t, 6*time.Minute)
 	t.Logf("all Deployments rolled out (every replica Ready) %s after the install", time.Since(began).Round(time.Second))

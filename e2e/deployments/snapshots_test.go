@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,7 +65,7 @@ func (e *env) verifySnapshots(t *testing.T) {
 	t.Logf("etcd-snapshot runs ended %s after creation", time.Since(began).Round(100*time.Millisecond))
 	result := func(run *securityv1.BackupVerifyRun) *securityv1.BackupVerifyResult {
 		res := &securityv1.BackupVerifyResult{}
-		require.NoError(t, e.cl.Get(e.ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res))
+		require.NoError(t, e.cl.Get(e.ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultName()}, res))
 		return res
 	}
 	assert.Equal(t, securityv1.RunSucceeded, runs["snap"].Status.Phase, runs["snap"].Status.Message)
@@ -73,7 +74,9 @@ func (e *env) verifySnapshots(t *testing.T) {
 	assert.NotEmpty(t, res.Spec.Details["revision"], "etcdutl's status, from the child process, is in the Result")
 	assert.Equal(t, int64(len(data)), res.Spec.SizeBytes)
 
-	assert.Equal(t, securityv1.RunFailed, runs["corrupt"].Status.Phase, runs["corrupt"].Status.Message)
+	// As ugallu: the run was carried out (Succeeded); its verdict is a Mismatch.
+	assert.Equal(t, securityv1.RunSucceeded, runs["corrupt"].Status.Phase, runs["corrupt"].Status.Message)
+	assert.Equal(t, securityv1.ReasonBackupVerifyMismatch, meta.FindStatusCondition(runs["corrupt"].Status.Conditions, securityv1.ConditionReady).Reason)
 	res = result(runs["corrupt"])
 	var codes []string
 	for _, f := range res.Spec.Findings {

@@ -252,7 +252,7 @@ func (s *Stack) verify(ctx context.Context, sum0 *Summary, run *securityv1.Backu
 		return fmt.Errorf("verification %s/%s (%s) ended %s: %s", run.Namespace, run.Name, m, run.Status.Phase, run.Status.Message)
 	}
 	res := &securityv1.BackupVerifyResult{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultName()}, res); err != nil {
 		return err
 	}
 	sum0.Results = append(sum0.Results, res)

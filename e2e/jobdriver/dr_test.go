@@ -135,7 +135,7 @@ func TestDisasterRecoveryOnARealNode(t *testing.T) {
 	b.waitFor(t, "the full-restore verification of the imported Backup", full, func() bool { return full.Status.Phase.IsTerminal() })
 	require.Equal(t, securityv1.RunSucceeded, full.Status.Phase, "%+v\nverifier log:\n%s\ndriver-job log:\n%s", full.Status, verifier.Tail(), b.driver.Tail())
 	res := &securityv1.BackupVerifyResult{}
-	require.NoError(t, b.cl.Get(ctx, client.ObjectKey{Namespace: nsB, Name: full.Status.ResultRef}, res))
+	require.NoError(t, b.cl.Get(ctx, client.ObjectKey{Namespace: nsB, Name: full.Status.ResultName()}, res))
 	files := int64(0)
 	for _, d := range original {
 		if strings.HasPrefix(d, "file ") {

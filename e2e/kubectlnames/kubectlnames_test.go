@@ -73,10 +73,7 @@ func TestKubectlNames(t *testing.T) {
 
 	root, err := manifests.RepoRoot()
 	require.NoError(t, err)
-	var crdDirs []string
-	for _, c := range manifests.Components {
-		crdDirs = append(crdDirs, filepath.Join(root, "deploy", c, "crd"))
-	}
+	crdDirs := manifests.CRDDirs(root, manifests.Components...)
 	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: crdDirs})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Stop() })
@@ -90,14 +87,14 @@ func TestKubectlNames(t *testing.T) {
 	require.NoError(t, manifests.Apply(ctx, cl, samples))
 	require.NoError(t, cl.Create(ctx, &securityv1.BackupVerifyResult{
 		ObjectMeta: metav1.ObjectMeta{Name: "nightly-velero", Namespace: "ugallu-system"},
-		Spec: securityv1.BackupVerifyResultSpec{RunRef: securityv1.RunReference{Name: "nightly-velero"},
-			Backend: securityv1.BackendVelero, BackupRef: securityv1.BackupRef{Name: "vm1-29623800-5f3a"}, Mode: securityv1.ModeChecksumOnly},
+		Spec: securityv1.BackupVerifyResultSpec{RunRef: &securityv1.RunReference{Name: "nightly-velero"},
+			Backend: securityv1.BackendVelero, BackupRef: &securityv1.BackupRef{Name: "vm1-29623800-5f3a"}, Mode: securityv1.ModeChecksumOnly},
 	}))
 	require.NoError(t, cl.Create(ctx, &securityv1.SecurityEvent{
 		ObjectMeta: metav1.ObjectMeta{Name: "nightly-velero-started"},
-		Spec: securityv1.SecurityEventSpec{Type: securityv1.EventBackupVerifyStarted, Class: securityv1.ClassAudit,
-			Severity: securityv1.SeverityInfo, Source: "verifier", OccurredAt: metav1.Now(),
-			Subject: securityv1.EventSubject{Kind: "BackupVerifyRun", Namespace: "ugallu-system", Name: "nightly-velero"}},
+		Spec: securityv1.SecurityEventSpec{Type: securityv1.EventBackupVerifyStarted, Class: securityv1.ClassCompliance,
+			Severity: securityv1.SeverityInfo, Source: securityv1.SourceRef{Kind: "ugallu-backup-verify", Name: "ugallu-backup-verify"}, DetectedAt: metav1.Now(),
+			Subject: securityv1.EventSubject{Kind: securityv1.SubjectKindCluster, Namespace: "ugallu-system", Name: "cluster", Unresolved: true}},
 	}))
 
 	home := t.TempDir()

@@ -98,10 +98,11 @@ func TestToyBackupsPassFullRestoreVerification(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = log.Close() })
 	c, err := cluster.Start(ctx, cluster.Options{ControllerManager: true, Output: log, CRDDirectoryPaths: []string{
-		filepath.Join(root, "deploy", "core-controller", "crd"), // Coffer's kinds
-		filepath.Join(root, "deploy", "verifier", "crd"),        // the verifier's kinds
-		filepath.Join(toy, "crd"),                               // the toy's strategy kind
-		filepath.Join(root, "e2e", "harness", "testdata"),       // the Shop application kind
+		filepath.Join(root, "deploy", "core-controller", "crd"),     // Coffer's kinds
+		filepath.Join(root, "deploy", "verifier", "crd"),            // the verifier's kinds
+		filepath.Join(root, "deploy", "verifier", "securityevents"), // ugallu's SecurityEvent
+		filepath.Join(toy, "crd"),                                   // the toy's strategy kind
+		filepath.Join(root, "e2e", "harness", "testdata"),           // the Shop application kind
 	}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Stop() })
@@ -266,7 +267,7 @@ func TestToyBackupsPassFullRestoreVerification(t *testing.T) {
 
 	t.Run("full-restore of a tampered Backup fails with the toy's ChecksumMismatch", func(t *testing.T) {
 		run := tamperedRun
-		assertRunEnded(t, run, securityv1.RunFailed, securityv1.EventBackupVerifyMismatch)
+		assertRunEnded(t, run, securityv1.RunSucceeded, securityv1.EventBackupVerifyMismatch)
 		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
 
 		rj := restoreJobs[run.UID]
@@ -288,9 +289,9 @@ func TestToyBackupsPassFullRestoreVerification(t *testing.T) {
 		mm := ev[securityv1.EventBackupVerifyMismatch][0]
 		assert.Equal(t, securityv1.ClassDetection, mm.Spec.Class)
 		assert.Equal(t, securityv1.SeverityCritical, mm.Spec.Severity)
-		assert.Equal(t, securityv1.CodeRestoreFailed, mm.Spec.Attributes["topFinding"])
-		assert.Equal(t, tampered.Name, mm.Spec.Attributes["backup"])
-		assert.Equal(t, run.UID, mm.Spec.Subject.UID)
+		assert.Equal(t, securityv1.CodeRestoreFailed, mm.Spec.Signals["findings.top.code"])
+		assert.Equal(t, tampered.Name, mm.Spec.Signals["backup.refName"])
+		assert.Equal(t, string(run.UID), mm.Spec.Signals["run.uid"])
 		assert.Empty(t, ev[securityv1.EventBackupVerifyCompleted])
 		assert.Empty(t, ev[securityv1.EventBackupVerifyFailed])
 
@@ -416,13 +417,13 @@ func assertRunEnded(t *testing.T, run *securityv1.BackupVerifyRun, phase securit
 	ready := meta.FindStatusCondition(run.Status.Conditions, "Ready")
 	if assert.NotNil(t, ready, "conditions: %v", run.Status.Conditions) {
 		assert.Equal(t, reason, ready.Reason, ready.Message)
-		want := metav1.ConditionFalse
-		if phase == securityv1.RunSucceeded {
+		want := metav1.ConditionFalse // Ready is True for a backup verified clean only
+		if reason == securityv1.EventBackupVerifyCompleted {
 			want = metav1.ConditionTrue
 		}
 		assert.Equal(t, want, ready.Status)
 	}
-	assert.Equal(t, run.Name, run.Status.ResultRef)
+	assert.Equal(t, securityv1.ResultName(run.Name), run.Status.ResultName(), "named as ugallu names it")
 }
 
 // assertVerifierRestoreJob checks the verifier's RestoreJob as it was last seen, and that it is
@@ -453,7 +454,7 @@ func assertVerified(t *testing.T, b *backupsv1.Backup, run *securityv1.BackupVer
 	v := b.Status.Verification.FullRestore
 	if assert.NotNil(t, v) {
 		assert.Equal(t, result, v.Result)
-		assert.Equal(t, &backupsv1.VerificationResultRef{Namespace: run.Namespace, Name: run.Status.ResultRef}, v.ResultRef)
+		assert.Equal(t, &backupsv1.VerificationResultRef{Namespace: run.Namespace, Name: run.Status.ResultName()}, v.ResultRef)
 	}
 }
 
@@ -467,7 +468,7 @@ func getBackup(ctx context.Context, t *testing.T, cl client.Client, b *backupsv1
 func result(ctx context.Context, t *testing.T, cl client.Client, run *securityv1.BackupVerifyRun) *securityv1.BackupVerifyResult {
 	t.Helper()
 	res := &securityv1.BackupVerifyResult{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultName()}, res))
 	require.Equal(t, run.UID, res.Spec.RunRef.UID)
 	return res
 }

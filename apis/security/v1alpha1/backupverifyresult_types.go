@@ -64,15 +64,16 @@ type RunReference struct {
 
 // BackupVerifyResultSpec holds what a run found. It is written once, at the run's terminal phase.
 type BackupVerifyResultSpec struct {
-	// runRef is the run this result belongs to.
-	// +required
-	RunRef RunReference `json:"runRef"`
+	// runRef is the run this result belongs to, with its UID (Coffer writes it; ugallu writes
+	// derivedFromRun only).
+	// +optional
+	RunRef *RunReference `json:"runRef,omitempty"`
 
 	// backend, backupRef and mode repeat the run's spec.
 	// +required
 	Backend Backend `json:"backend"`
-	// +required
-	BackupRef BackupRef `json:"backupRef"`
+	// +optional
+	BackupRef *BackupRef `json:"backupRef,omitempty"`
 	// +required
 	Mode Mode `json:"mode"`
 
@@ -122,6 +123,14 @@ type BackupVerifyResultSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1000
 	Findings []Finding `json:"findings,omitempty"`
+}
+
+// RunUID is the UID of the run the Result belongs to, or "" when the Result does not say.
+func (s *BackupVerifyResultSpec) RunUID() types.UID {
+	if s.RunRef == nil {
+		return ""
+	}
+	return s.RunRef.UID
 }
 
 // BackupVerifyResultStatus carries the ranked outcome.

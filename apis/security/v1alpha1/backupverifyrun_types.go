@@ -97,11 +97,28 @@ type BackupVerifyRunSpec struct {
 	SandboxNamespace string `json:"sandboxNamespace,omitempty"`
 
 	// timeout bounds the whole run; past it the run ends with a timeout finding and cleanup.
-	// Unset means 30m.
+	// Unset means 15m, as with ugallu.
 	// +optional
+	// +kubebuilder:default="15m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// ResultReference names a BackupVerifyResult in the run's namespace.
+type ResultReference struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// ResultName is the name of the run's Result, or "" before it has one.
+func (s *BackupVerifyRunStatus) ResultName() string {
+	if s.ResultRef == nil {
+		return ""
+	}
+	return s.ResultRef.Name
 }
 
 // BackupVerifyRunStatus is the observed state of a run.
@@ -118,10 +135,9 @@ type BackupVerifyRunStatus struct {
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 
-	// resultRef is the name of the BackupVerifyResult of this run, in the same namespace.
+	// resultRef names the BackupVerifyResult of this run, in the same namespace.
 	// +optional
-	// +kubebuilder:validation:MaxLength=253
-	ResultRef string `json:"resultRef,omitempty"`
+	ResultRef *ResultReference `json:"resultRef,omitempty"`
 
 	// worstSeverity repeats the worst severity of the run's findings.
 	// +optional

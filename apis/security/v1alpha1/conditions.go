@@ -3,9 +3,11 @@ package v1alpha1
 // Condition types of a BackupVerifyRun and a BackupVerifyPolicy. Each reason is UpperCamel, as
 // the API server requires.
 const (
-	// ConditionReady on a BackupVerifyRun is written when the run ends: True when it Succeeded,
-	// False when it Failed; its reason is the run's terminal SecurityEvent type
-	// (ReasonBackupVerifyCompleted, ReasonBackupVerifyMismatch, ReasonBackupVerifyFailed). On a
+	// ConditionReady on a BackupVerifyRun is written when the run ends; its reason is the run's
+	// terminal SecurityEvent type. True (ReasonBackupVerifyCompleted) when the backup verified
+	// clean; False when the run Succeeded with a finding of high or worse
+	// (ReasonBackupVerifyMismatch: the run was carried out, as ugallu has it, and its verdict is
+	// no success) or Failed (ReasonBackupVerifyFailed). On a
 	// BackupVerifyPolicy it is True (ReasonActive) while its selectors are valid and it creates
 	// runs, False (ReasonInvalidSelector) otherwise.
 	ConditionReady = "Ready"
@@ -27,10 +29,12 @@ const (
 	ReasonRetrying = "Retrying"
 	// ReasonBackupVerifyCompleted: the run Succeeded; no finding is high or worse.
 	ReasonBackupVerifyCompleted = EventBackupVerifyCompleted
-	// ReasonBackupVerifyMismatch: the run Failed on a finding of high or worse about the backup.
+	// ReasonBackupVerifyMismatch: the run Succeeded (it was carried out) with a finding of high or
+	// worse about the backup.
 	ReasonBackupVerifyMismatch = EventBackupVerifyMismatch
-	// ReasonBackupVerifyFailed: the run Failed without such a finding: the verification could not
-	// be carried out (infrastructure trouble a retry cannot fix, or the timeout passed).
+	// ReasonBackupVerifyFailed: the run Failed: the verification could not be carried out
+	// (infrastructure trouble a retry cannot fix, the timeout passed, the backup's snapshot file
+	// or Velero's CRDs missing, a sandbox it may not use).
 	ReasonBackupVerifyFailed = EventBackupVerifyFailed
 )
 

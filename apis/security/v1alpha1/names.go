@@ -23,3 +23,9 @@ func PolicySandboxName(b *backupsv1.Backup) string {
 	stem := strings.ReplaceAll(b.Name, ".", "-")
 	return backupsv1.BoundedName(63-len(SandboxSuffix), stem, string(b.UID)[:8]) + SandboxSuffix
 }
+
+// ResultName is the name of a run's BackupVerifyResult, in the run's namespace: "<run>-result", as
+// ugallu names it (bounded to 253 characters).
+func ResultName(runName string) string {
+	return backupsv1.BoundedName(253, runName, "result")
+}

@@ -61,7 +61,7 @@ func TestWorstSeverityAndTopFinding(t *testing.T) {
 }
 
 func TestEventClassOf(t *testing.T) {
-	assert.Equal(t, ClassAudit, EventClassOf(EventBackupVerifyStarted))
+	assert.Equal(t, ClassCompliance, EventClassOf(EventBackupVerifyStarted), "as ugallu classifies it")
 	assert.Equal(t, ClassCompliance, EventClassOf(EventBackupVerifyCompleted))
 	assert.Equal(t, ClassDetection, EventClassOf(EventBackupVerifyMismatch))
 	assert.Equal(t, ClassAnomaly, EventClassOf(EventBackupVerifyFailed))

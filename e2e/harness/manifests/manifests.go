@@ -21,6 +21,24 @@ import (
 // Components are the four Coffer components, each with a Kustomize tree under deploy/.
 var Components = []string{"core-controller", "driver-velero", "driver-job", "verifier"}
 
+// Extras are trees a component ships apart, for clusters that lack what they provide: ugallu's
+// SecurityEvent CRD (deploy/verifier/securityevents), which a cluster running ugallu already has.
+// The harness installs them, as a cluster without ugallu would.
+var Extras = map[string][]string{"verifier": {"securityevents"}}
+
+// CRDDirs are the directories holding the CRDs of the named components under root: each
+// deploy/<component>/crd and its extras.
+func CRDDirs(root string, comps ...string) []string {
+	var dirs []string
+	for _, c := range comps {
+		dirs = append(dirs, filepath.Join(root, "deploy", c, "crd"))
+		for _, x := range Extras[c] {
+			dirs = append(dirs, filepath.Join(root, "deploy", c, x))
+		}
+	}
+	return dirs
+}
+
 // RepoRoot finds the checkout root (the directory holding go.work) from the working directory up.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -140,20 +158,30 @@ var nodeless = map[string]bool{
 	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
 }
 
-// InstallNodeless applies, for every component, what deploy/<component> ships apart from its
-// workloads: the CRDs, namespaces, RBAC, admission policies and metrics Service.
+// InstallNodeless applies, for every component, what deploy/<component> and its Extras ship apart
+// from its workloads: the CRDs, namespaces, RBAC, admission policies and metrics Service.
 func InstallNodeless(ctx context.Context, c client.Client, root string) error {
 	for _, comp := range Components {
-		objs, err := Render(filepath.Join(root, "deploy", comp))
-		if err != nil {
-			return err
-		}
-		take, _ := Nodeless(objs)
-		if err := Apply(ctx, c, take); err != nil {
-			return fmt.Errorf("installing deploy/%s: %w", comp, err)
+		for _, tree := range append([]string{comp}, prefixed(comp, Extras[comp])...) {
+			objs, err := Render(filepath.Join(root, "deploy", tree))
+			if err != nil {
+				return err
+			}
+			take, _ := Nodeless(objs)
+			if err := Apply(ctx, c, take); err != nil {
+				return fmt.Errorf("installing deploy/%s: %w", tree, err)
+			}
 		}
 	}
 	return nil
+}
+
+func prefixed(dir string, names []string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, filepath.Join(dir, n))
+	}
+	return out
 }
 
 // Nodeless splits rendered objects into those a control plane without nodes can take and the

@@ -197,7 +197,7 @@ Verification kinds are for cluster admins: the run is created in --verify-namesp
 					if worst == "" {
 						worst = "none"
 					}
-					fmt.Fprintf(w, "Worst finding: %s; the findings are in BackupVerifyResult %s/%s\n", worst, run.Namespace, run.Status.ResultRef)
+					fmt.Fprintf(w, "Worst finding: %s; the findings are in BackupVerifyResult %s/%s\n", worst, run.Namespace, run.Status.ResultName())
 				}
 			})
 		},

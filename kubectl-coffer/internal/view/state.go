@@ -44,7 +44,10 @@ func RestoreJobState(r *backupsv1.RestoreJob) State {
 // VerifyRunState is where a BackupVerifyRun stands: Ready explains a terminal run, Progressing a
 // running one.
 func VerifyRunState(v *securityv1.BackupVerifyRun) State {
-	s := State{Phase: string(v.Status.Phase), Terminal: v.Status.Phase.IsTerminal(), Succeeded: v.Status.Phase == securityv1.RunSucceeded}
+	// A run that Succeeded with a Mismatch was carried out, and its verdict is no success: Ready
+	// is True only for a backup verified clean.
+	s := State{Phase: string(v.Status.Phase), Terminal: v.Status.Phase.IsTerminal(),
+		Succeeded: v.Status.Phase == securityv1.RunSucceeded && !meta.IsStatusConditionFalse(v.Status.Conditions, verifyReady)}
 	for _, t := range []string{verifyReady, verifyProgressing} {
 		if c := meta.FindStatusCondition(v.Status.Conditions, t); c != nil && (s.Terminal || t != verifyReady) {
 			s.Reason, s.Message = c.Reason, c.Message

@@ -66,10 +66,15 @@ func TestStates(t *testing.T) {
 		{"verify running", VerifyRunState(&securityv1.BackupVerifyRun{Status: securityv1.BackupVerifyRunStatus{Phase: securityv1.RunRunning,
 			Conditions: []metav1.Condition{cond("Progressing", "True", "RestoreInProgress", "waiting for Restore bvr-x")}}}),
 			"Running (RestoreInProgress: waiting for Restore bvr-x)", [2]bool{}},
-		{"verify failed", VerifyRunState(&securityv1.BackupVerifyRun{Status: securityv1.BackupVerifyRunStatus{Phase: securityv1.RunFailed,
+		// A mismatch is a run carried out (Succeeded, as ugallu has it) whose verdict is no success.
+		{"verify mismatch", VerifyRunState(&securityv1.BackupVerifyRun{Status: securityv1.BackupVerifyRunStatus{Phase: securityv1.RunSucceeded,
 			Message:    "checksum mismatch",
 			Conditions: []metav1.Condition{cond("Progressing", "False", "BackupVerifyMismatch", "checksum mismatch"), cond("Ready", "False", "BackupVerifyMismatch", "checksum mismatch")}}}),
-			"Failed (BackupVerifyMismatch: checksum mismatch)", [2]bool{true, false}},
+			"Succeeded (BackupVerifyMismatch: checksum mismatch)", [2]bool{true, false}},
+		{"verify failed", VerifyRunState(&securityv1.BackupVerifyRun{Status: securityv1.BackupVerifyRunStatus{Phase: securityv1.RunFailed,
+			Message:    "timed out",
+			Conditions: []metav1.Condition{cond("Ready", "False", "BackupVerifyFailed", "timed out")}}}),
+			"Failed (BackupVerifyFailed: timed out)", [2]bool{true, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, tc.got.String())

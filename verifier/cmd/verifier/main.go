@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -129,7 +130,7 @@ func run(ctx context.Context, o options) error {
 			securityv1.BackendCoffer: &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Artifacts: artifacts, Sandbox: sb},
 		},
 		Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
-		ClusterID: o.clusterID, ClusterName: o.clusterName,
+		ClusterID: o.clusterID, ClusterName: o.clusterName, Version: version(),
 	}
 	// Without a snapshot directory (deploy/managed/verifier) there is no etcd-snapshot backend:
 	// its runs fail BackendNotConfigured.
@@ -212,4 +213,12 @@ func metricsOptions(addr string, secure bool, certDir string) metricsserver.Opti
 		o.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return o
+}
+
+// version is the verifier's module version as built ("devel" for a build from a checkout).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
 }

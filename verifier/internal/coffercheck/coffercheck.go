@@ -178,7 +178,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		}
 		if ready, refused, err := c.Sandbox.Ensure(ctx, run, []string{run.Spec.SandboxNamespace}, &out); !ready {
 			if refused != nil {
-				return out, sandboxRefused(&out, *refused)
+				return out, sandbox.Refused(&out, *refused)
 			}
 			return out, err
 		}
@@ -241,12 +241,6 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 // carried out. It says nothing of the Backup, so it must not become a verdict on it, as the velero
 // backend's critical finding would: the finding goes to the Result at medium severity, and the
 // run fails (BackupVerifyFailed).
-func sandboxRefused(out *backend.Outcome, f securityv1.Finding) error {
-	f.Severity = securityv1.SeverityMedium
-	out.Findings = append(out.Findings, f)
-	return reconcile.TerminalError(fmt.Errorf("%s: the Backup was not restored, and nothing is said of it; delete that namespace or name another sandbox, then create the run again", f.Message))
-}
-
 // compareContent compares what the driver restored into the sandbox with the Backup, by content,
 // where the verifier can read the Backup's content (its reader is an artifact.Comparer, as
 // driver-velero's is). Otherwise it re-checks the sandbox and takes the driver's own comparison

@@ -28,6 +28,8 @@ func (b *Backend) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	out := backend.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, SizeBytes: rep.SizeBytes, Details: rep.Details}
 	switch {
 	case err == nil, ctx.Err() != nil, errors.Is(err, ErrCheckNotStarted):
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrRefInvalid):
+		err = reconcile.TerminalError(err)
 	case errors.Is(err, ErrUnreadable):
 		err = reconcile.TerminalError(fmt.Errorf("%w; the verifier must be able to read the snapshot directory (--etcd-snapshot-dir): snapshots saved by etcdctl are 0600 and root-owned", err))
 	case errors.Is(err, ErrCheckKilled):

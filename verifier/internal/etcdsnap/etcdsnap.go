@@ -63,9 +63,19 @@ func within(base, p string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
+// ErrNotFound: the snapshot the run names is not in the snapshot directory. The verification
+// cannot be carried out (as ugallu: the run Fails, BackupVerifyFailed); the report holds an
+// etcd-snapshot-not-found finding (medium) saying so.
+var ErrNotFound = errors.New("etcd-snapshot-not-found")
+
+// ErrRefInvalid: the run's backupRef.name is no file name within the snapshot directory (it
+// escapes it). The run Fails as with ErrNotFound; no file outside the directory is read.
+var ErrRefInvalid = errors.New("etcd-snapshot-ref-invalid")
+
 // Verify checks the snapshot dir/ref. The bbolt consistency check runs in a child process (see
 // statusEnv) that ctx bounds. The findings of the report are facts about the file. An error means
-// the check could not be carried out and says nothing about the file: ctx's error when ctx ended
+// the check could not be carried out and says nothing about the file: ErrNotFound or
+// ErrRefInvalid (wrapped) when there is no such file, ctx's error when ctx ended
 // first, ErrCheckKilled (wrapped) when the check's process was killed or ran out of memory,
 // ErrCheckNotStarted (wrapped) when it could not be started; the report then holds the findings
 // established before the check.
@@ -73,20 +83,22 @@ func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 	r := &Report{Details: map[string]string{}}
 	path, err := Resolve(dir, ref)
 	if err != nil {
-		r.add(securityv1.CodeEtcdSnapshotRefInvalid, securityv1.SeverityCritical, err.Error())
-		return r, nil
+		r.add(securityv1.CodeEtcdSnapshotRefInvalid, securityv1.SeverityMedium, err.Error())
+		return r, fmt.Errorf("%w: %v", ErrRefInvalid, err)
 	}
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityHigh, fmt.Sprintf("snapshot %s not found in the snapshot directory", ref))
-		return r, nil
+		msg := fmt.Sprintf("snapshot %s not found in the snapshot directory", ref)
+		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityMedium, msg)
+		return r, fmt.Errorf("%w: %s", ErrNotFound, msg)
 	}
 	if err != nil {
 		return r, unreadable(ref, err)
 	}
 	if !st.Mode().IsRegular() {
-		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityHigh, fmt.Sprintf("snapshot %s is not a regular file (%s)", ref, st.Mode().Type()))
-		return r, nil
+		msg := fmt.Sprintf("snapshot %s is not a regular file (%s)", ref, st.Mode().Type())
+		r.add(securityv1.CodeEtcdSnapshotNotFound, securityv1.SeverityMedium, msg)
+		return r, fmt.Errorf("%w: %s", ErrNotFound, msg)
 	}
 	r.SizeBytes = st.Size()
 	whole, appended, err := digest(path, st.Size())

@@ -62,7 +62,7 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	ctrl.SetLogger(logr.Discard())
 	c, err := cluster.Start(context.Background(), cluster.Options{CRDDirectoryPaths: []string{
-		"../../../deploy/core-controller/crd", "../../../deploy/verifier/crd"}})
+		"../../../deploy/core-controller/crd", "../../../deploy/verifier/crd", "../../../deploy/verifier/securityevents"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the API server:", err)
 		return 1
@@ -358,7 +358,8 @@ func TestFullRestoreEveryNth(t *testing.T) {
 			assert.Equal(t, securityv1.PolicySandboxName(b), run.Spec.SandboxNamespace)
 			assert.True(t, strings.HasSuffix(run.Spec.SandboxNamespace, securityv1.SandboxSuffix))
 			assert.Equal(t, string(b.UID), run.Labels[securityv1.LabelBackupUID])
-			assert.Nil(t, run.Spec.Timeout, "no runTimeout: the run's default")
+			require.NotNil(t, run.Spec.Timeout, "no runTimeout: the CRD defaults it, as ugallu's does")
+			assert.Equal(t, 15*time.Minute, run.Spec.Timeout.Duration)
 		}
 		for _, b := range all {
 			run := runs[securityv1.PolicyRunName(b, securityv1.ModeChecksumOnly)]
@@ -500,9 +501,9 @@ func (f *fixture) event(runUID string) *securityv1.SecurityEvent {
 		Labels: map[string]string{securityv1.LabelRunUID: runUID}},
 		Spec: securityv1.SecurityEventSpec{Type: securityv1.EventBackupVerifyStarted,
 			Class:    securityv1.EventClassOf(securityv1.EventBackupVerifyStarted),
-			Severity: securityv1.SeverityInfo, Source: "policy-test",
-			Subject:    securityv1.EventSubject{APIVersion: securityv1.GroupVersion.String(), Kind: "BackupVerifyRun", Name: "x"},
-			OccurredAt: metav1.NewTime(t0)}}
+			Severity: securityv1.SeverityInfo, Source: securityv1.SourceRef{Kind: "policy-test", Name: "policy-test"},
+			Subject:    securityv1.EventSubject{Kind: securityv1.SubjectKindCluster, Name: "cluster", Unresolved: true},
+			DetectedAt: metav1.NewTime(t0)}}
 	require.NoError(f.t, cl.Create(f.ctx, se))
 	f.t.Cleanup(func() { _ = cl.Delete(context.Background(), se) })
 	return se

@@ -56,7 +56,7 @@ func TestMain(m *testing.M) { os.Exit(run(m)) }
 func run(m *testing.M) int {
 	ctx := context.Background()
 	// kube-controller-manager deletes namespaces, so sandboxes really go away.
-	env, err := velerostack.StartEnvWith(ctx, cluster.Options{ControllerManager: true}, "deploy/verifier/crd", "deploy/core-controller/crd")
+	env, err := velerostack.StartEnvWith(ctx, cluster.Options{ControllerManager: true}, "deploy/verifier/crd", "deploy/verifier/securityevents", "deploy/core-controller/crd")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the cluster and the Velero stack:", err)
 		return 1
@@ -250,7 +250,7 @@ func securityEvents(t *testing.T, run *securityv1.BackupVerifyRun) map[string][]
 func result(t testing.TB, run *securityv1.BackupVerifyRun) *securityv1.BackupVerifyResult {
 	t.Helper()
 	res := &securityv1.BackupVerifyResult{}
-	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res))
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultName()}, res))
 	return res
 }
 

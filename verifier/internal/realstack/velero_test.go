@@ -66,9 +66,9 @@ func TestChecksumOnly(t *testing.T) {
 		require.Len(t, ev[securityv1.EventBackupVerifyCompleted], 1)
 		done := ev[securityv1.EventBackupVerifyCompleted][0]
 		assert.Equal(t, securityv1.ClassCompliance, done.Spec.Class)
-		assert.Equal(t, "c-123", done.Spec.ClusterID)
-		assert.Equal(t, "test", done.Spec.ClusterName)
-		assert.Equal(t, run.Name, done.Spec.Subject.Name)
+		assert.Equal(t, "c-123", done.Spec.ClusterIdentity.ClusterID)
+		assert.Equal(t, "test", done.Spec.ClusterIdentity.ClusterName)
+		assert.Equal(t, run.Name, done.Spec.Signals["run.name"])
 
 		// Terminal runs are never touched again.
 		rv := run.ResourceVersion
@@ -87,7 +87,7 @@ func TestChecksumOnly(t *testing.T) {
 		h := newHarness(t)
 		run := veleroRun(t, "cs-flipped", vb.Name, securityv1.ModeChecksumOnly, "")
 		h.finish(run)
-		assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+		assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase)
 		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
 		res := result(t, run)
 		assert.Equal(t, securityv1.SeverityCritical, res.Status.WorstSeverity)
@@ -119,7 +119,7 @@ func TestBackupNotFoundAndCRDMissing(t *testing.T) {
 	h := newHarness(t)
 	run := veleroRun(t, "cs-missing", "no-such-backup", securityv1.ModeChecksumOnly, "")
 	h.finish(run)
-	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "as ugallu: a verdict, not a failure")
 	assert.Equal(t, securityv1.SeverityHigh, run.Status.WorstSeverity)
 	assert.Equal(t, []string{securityv1.CodeVeleroBackupNotFound}, codes(result(t, run).Spec.Findings))
 	assert.Len(t, securityEvents(t, run)[securityv1.EventBackupVerifyMismatch], 1, "high flips the event to Detection")
@@ -269,7 +269,7 @@ func TestFullRestore(t *testing.T) {
 		run := veleroRun(t, "fr-tampered", vb.Name, securityv1.ModeFullRestore, sandbox)
 		h.finish(run)
 		r := result(t, run)
-		assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+		assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase)
 		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
 		assert.Equal(t, securityv1.ReasonBackupVerifyMismatch, meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady).Reason)
 		require.Equal(t, []string{securityv1.CodeSandboxTampered, securityv1.CodeSandboxTampered}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
@@ -320,7 +320,7 @@ func TestObjectRemovedMidDiff(t *testing.T) {
 	run := veleroRun(t, "fr-middiff", vb.Name, securityv1.ModeFullRestore, sandbox)
 	h.finish(run)
 	assert.True(t, deleted["flags"])
-	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase)
 	r := result(t, run)
 	require.Equal(t, []string{securityv1.CodeObjectMissing}, codes(r.Spec.Findings))
 	assert.Equal(t, "core/ConfigMap "+sandbox+"/flags", r.Spec.Findings[0].Object)
@@ -511,8 +511,8 @@ func TestEtcdSnapshot(t *testing.T) {
 		code  string
 	}{
 		{"snap.db", securityv1.RunSucceeded, securityv1.CodeChecksumMatch},
-		{"truncated.db", securityv1.RunFailed, securityv1.CodeEtcdSnapshotCorrupt},
-		{"flipped.db", securityv1.RunFailed, securityv1.CodeEtcdSnapshotCorrupt},
+		{"truncated.db", securityv1.RunSucceeded, securityv1.CodeEtcdSnapshotCorrupt},
+		{"flipped.db", securityv1.RunSucceeded, securityv1.CodeEtcdSnapshotCorrupt},
 		{"../../etc/passwd", securityv1.RunFailed, securityv1.CodeEtcdSnapshotRefInvalid},
 		{"missing.db", securityv1.RunFailed, securityv1.CodeEtcdSnapshotNotFound},
 	}
@@ -524,6 +524,16 @@ func TestEtcdSnapshot(t *testing.T) {
 			assert.Equal(t, tt.phase, run.Status.Phase, run.Status.Message)
 			r := result(t, run)
 			assert.Contains(t, codes(r.Spec.Findings), tt.code)
+			// As ugallu: a snapshot that is not there (or a ref outside the directory) is a run
+			// that could not be carried out, BackupVerifyFailed; a corrupt one a Mismatch.
+			want := securityv1.EventBackupVerifyCompleted
+			switch {
+			case tt.phase == securityv1.RunFailed:
+				want = securityv1.EventBackupVerifyFailed
+			case tt.code == securityv1.CodeEtcdSnapshotCorrupt:
+				want = securityv1.EventBackupVerifyMismatch
+			}
+			assert.Len(t, securityEvents(t, run)[want], 1, "one %s event", want)
 			if tt.ref == "snap.db" {
 				assert.NotEmpty(t, r.Spec.Details["revision"])
 				assert.NotEmpty(t, r.Spec.Details["totalKeys"])

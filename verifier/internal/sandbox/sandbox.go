@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
@@ -140,6 +141,15 @@ func (m *Maker) Ensure(ctx context.Context, run *securityv1.BackupVerifyRun, nam
 		}
 	}
 	return true, nil, nil
+}
+
+// Refused ends a run whose sandbox the verifier may not use: the backup was not restored, so the
+// verification could not be carried out (the run Fails, BackupVerifyFailed) and nothing is said
+// of the backup. Nothing was restored into that namespace either; the finding (medium) names it.
+func Refused(out *backend.Outcome, f securityv1.Finding) error {
+	f.Severity = securityv1.SeverityMedium
+	out.Findings = append(out.Findings, f)
+	return reconcile.TerminalError(fmt.Errorf("%s: the backup was not restored, and nothing is said of it; delete that namespace or name another sandbox, then create the run again", f.Message))
 }
 
 // ensureSandbox creates a sandbox labelled with the run's UID and Pod Security "restricted", or

@@ -78,8 +78,10 @@ func (c *Checker) locate(ctx context.Context, run *securityv1.BackupVerifyRun, o
 	err := c.Reader.Get(ctx, key, vb)
 	switch {
 	case meta.IsNoMatchError(err):
-		out.Add(securityv1.CodeVeleroCRDMissing, securityv1.SeverityHigh, "", "the velero.io/v1 Backup kind is not served: Velero's CRDs are not installed")
-		return nil, nil, nil
+		// The verification cannot be carried out: the run Fails with the finding the spec names.
+		const msg = "the velero.io/v1 Backup kind is not served: Velero's CRDs are not installed"
+		out.Add(securityv1.CodeVeleroCRDMissing, securityv1.SeverityMedium, "", msg)
+		return nil, nil, reconcile.TerminalError(errors.New(securityv1.CodeVeleroCRDMissing + ": " + msg))
 	case apierrors.IsNotFound(err):
 		out.Add(securityv1.CodeVeleroBackupNotFound, securityv1.SeverityHigh, "velero.io/Backup "+key.String(), fmt.Sprintf("Velero backup %s not found", key))
 		return nil, nil, nil
@@ -395,9 +397,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	}
 	if ready, refused, err := c.Sandbox.Ensure(ctx, run, names, &out); !ready {
 		if refused != nil {
-			// The velero backend verifies a Velero backup by name: a sandbox it may not use is
-			// critical, as the spec has it.
-			out.Findings = append(out.Findings, *refused)
+			return out, sandbox.Refused(&out, *refused)
 		}
 		return out, err
 	}

@@ -38,15 +38,15 @@ func (r *VerdictReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
-	if !endedCofferRun(run) || ready == nil || run.Status.ResultRef == "" || run.Status.CompletionTime == nil {
+	if !endedCofferRun(run) || ready == nil || run.Status.ResultName() == "" || run.Status.CompletionTime == nil {
 		return reconcile.Result{}, nil
 	}
 	res := &securityv1.BackupVerifyResult{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultRef}, res); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultName()}, res); err != nil {
 		// A Result deleted since is no verdict to record.
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if res.Spec.RunRef.UID != run.UID {
+	if res.Spec.RunUID() != run.UID {
 		return reconcile.Result{}, nil
 	}
 	return reconcile.Result{}, recordVerdict(ctx, r.Client, run, res, ready.Reason, run.Status.Message, *run.Status.CompletionTime)

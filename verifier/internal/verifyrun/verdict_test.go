@@ -36,7 +36,7 @@ func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
 	c, err := cluster.Start(context.Background(), cluster.Options{CRDDirectoryPaths: []string{
-		"../../../deploy/core-controller/crd", "../../../deploy/verifier/crd"}})
+		"../../../deploy/core-controller/crd", "../../../deploy/verifier/crd", "../../../deploy/verifier/securityevents"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the API server:", err)
 		return 1

@@ -31,8 +31,9 @@ import (
 	"github.com/coffer-backup/coffer/verifier/internal/metrics"
 )
 
-// DefaultTimeout bounds a run whose spec sets none.
-const DefaultTimeout = 30 * time.Minute
+// DefaultTimeout bounds a run whose spec sets none (the CRD defaults it to the same 15m, as
+// ugallu's does; this covers runs stored before that default).
+const DefaultTimeout = 15 * time.Minute
 
 // PollInterval is how often a full-restore checks its Restore (the spec's 10 s).
 const PollInterval = 10 * time.Second
@@ -49,8 +50,19 @@ const (
 // after the run's deadline when the run timed out.
 const CleanupTimeout = 30 * time.Second
 
-// Source is the SecurityEvent source of the verifier.
+// Source is the SecurityEvent source of the verifier: the name ugallu's backup-verify emits
+// under, so that its consumers find the verifier's events where they find ugallu's.
 const Source = "ugallu-backup-verify"
+
+// Instance is the SecurityEvent source instance: which implementation of backup-verify emitted.
+const Instance = "coffer"
+
+// LabelCorrelationID is ugallu's label of an event's correlation ID.
+const LabelCorrelationID = "ugallu.io/correlation-id"
+
+// ReasonSecurityEventsNotInstalled is the reason of the Warning Event on a run whose
+// SecurityEvent could not be emitted because the cluster serves no SecurityEvent kind.
+const ReasonSecurityEventsNotInstalled = "SecurityEventsNotInstalled"
 
 // Reconciler runs one BackupVerifyRun: the lifecycle every backend shares, around the checks of
 // the run's backend.
@@ -63,6 +75,8 @@ type Reconciler struct {
 	Clock                  clock.PassiveClock
 	Recorder               events.EventRecorder
 	ClusterID, ClusterName string
+	// Version is the verifier's version, written as its SecurityEvents' source version.
+	Version string
 
 	backoffOnce sync.Once
 	backoff     workqueue.TypedRateLimiter[types.UID]
@@ -276,7 +290,7 @@ func (r *Reconciler) forgetRetries(uid types.UID) {
 	}
 }
 
-func resultName(run *securityv1.BackupVerifyRun) string { return run.Name }
+func resultName(run *securityv1.BackupVerifyRun) string { return securityv1.ResultName(run.Name) }
 
 // ownResult returns the run's Result, if written. A Result under the run's name that belongs to
 // another run (an earlier run of the same name, deleted and created again before the garbage
@@ -291,12 +305,12 @@ func (r *Reconciler) ownResult(ctx context.Context, s *scope) (*securityv1.Backu
 	if err != nil {
 		return nil, fmt.Errorf("reading BackupVerifyResult: %w", err)
 	}
-	if res.Spec.RunRef.UID == s.run.UID {
+	if res.Spec.RunUID() == s.run.UID {
 		return res, nil
 	}
-	ctrl.LoggerFrom(ctx).Info("Deleting the BackupVerifyResult of an earlier run of the same name", "result", klog.KObj(res), "itsRunUID", res.Spec.RunRef.UID)
+	ctrl.LoggerFrom(ctx).Info("Deleting the BackupVerifyResult of an earlier run of the same name", "result", klog.KObj(res), "itsRunUID", res.Spec.RunUID())
 	if err := r.Client.Delete(ctx, res, client.Preconditions{UID: &res.UID}); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("deleting BackupVerifyResult %s of an earlier run (uid %s): %w", res.Name, res.Spec.RunRef.UID, err)
+		return nil, fmt.Errorf("deleting BackupVerifyResult %s of an earlier run (uid %s): %w", res.Name, res.Spec.RunUID(), err)
 	}
 	return nil, nil
 }
@@ -324,8 +338,8 @@ func (r *Reconciler) writeResult(ctx context.Context, s *scope, out backend.Outc
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: securityv1.GroupVersion.String(), Kind: "BackupVerifyRun",
 				Name: run.Name, UID: run.UID, Controller: &controller}}},
 		Spec: securityv1.BackupVerifyResultSpec{
-			RunRef:  securityv1.RunReference{Name: run.Name, UID: run.UID},
-			Backend: run.Spec.Backend, BackupRef: run.Spec.BackupRef, Mode: mode(run),
+			RunRef:  &securityv1.RunReference{Name: run.Name, UID: run.UID},
+			Backend: run.Spec.Backend, BackupRef: run.Spec.BackupRef.DeepCopy(), Mode: mode(run),
 			RecordedChecksum: out.RecordedChecksum, ComputedChecksum: out.ComputedChecksum, SizeBytes: out.SizeBytes,
 			ObjectsExpected: out.ObjectsExpected, ObjectsRestored: out.ObjectsRestored,
 			// ugallu's fields, for its consumers.
@@ -367,41 +381,45 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.Backu
 			return fmt.Errorf("writing the Result's worst severity: %w", err)
 		}
 	}
+	// As ugallu runs it: a run that was carried out Succeeded, whatever it found (its verdict is
+	// the Result and the event: BackupVerifyMismatch when a finding is high or worse); a run that
+	// could not be carried out Failed, with BackupVerifyFailed (Anomaly, high).
 	failure := res.Spec.Details[securityv1.DetailFailure]
 	phase := securityv1.RunSucceeded
-	if worst.AtLeast(securityv1.SeverityHigh) || failure != "" {
+	if failure != "" {
 		phase = securityv1.RunFailed
 	}
 	eventType := securityv1.TerminalEventType(phase, res.Spec.Findings)
 	top := securityv1.TopFinding(res.Spec.Findings)
 	msg, sev := "Verification succeeded", securityv1.SeverityInfo
 	switch {
+	case eventType == securityv1.EventBackupVerifyMismatch:
+		msg, sev = top.Message, worst
 	case eventType == securityv1.EventBackupVerifyFailed:
-		msg, sev = "the verification could not be carried out: "+failure, securityv1.SeverityMedium
-		if top != nil && top.Severity.Rank() > sev.Rank() {
-			sev = top.Severity
-		}
+		msg, sev = "the verification could not be carried out: "+failure, securityv1.SeverityHigh
 	case top != nil:
-		msg, sev = top.Message, top.Severity
+		msg = top.Message
 	}
-	attrs := map[string]string{"result": res.Name, "findings": strconv.Itoa(len(res.Spec.Findings)), "reason": eventType}
-	if top != nil {
-		attrs["topFinding"] = top.Code
+	signals := map[string]string{"result.name": res.Name, "findings.count": strconv.Itoa(len(res.Spec.Findings))}
+	if len(res.Spec.Findings) > 0 {
+		signals["findings.first.code"] = res.Spec.Findings[0].Code
+		signals["findings.top.code"] = top.Code
+		signals["findings.worstSeverity"] = string(worst)
 	}
 	// The event first: once the phase is terminal the run is never reconciled again. The verdict
 	// on the Backup follows the terminal status (VerdictReconciler).
-	if err := r.emit(ctx, s.run, eventType, sev, msg, attrs); err != nil {
+	if err := r.emit(ctx, s.run, eventType, sev, msg, signals); err != nil {
 		return err
 	}
 	s.run.Status.Phase = phase
 	if s.run.Status.CompletionTime == nil {
 		s.run.Status.CompletionTime = s.now.DeepCopy()
 	}
-	s.run.Status.ResultRef = res.Name
+	s.run.Status.ResultRef = &securityv1.ResultReference{Name: res.Name}
 	s.run.Status.WorstSeverity = worst
 	s.run.Status.Message = truncate(msg, 32768)
 	ready := metav1.ConditionFalse
-	if phase == securityv1.RunSucceeded {
+	if eventType == securityv1.EventBackupVerifyCompleted {
 		ready = metav1.ConditionTrue
 	}
 	setCondition(s.run, securityv1.ConditionReady, ready, eventType, msg, s.now)
@@ -457,7 +475,7 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) {
 	}
 	r.Recorder.Eventf(run, related, evType, reason, "Verify", "%s", truncate(run.Status.Message, 1024))
 	ctrl.LoggerFrom(ctx).Info("Verification finished", "phase", phase, "reason", reason, "worstSeverity", run.Status.WorstSeverity,
-		"result", run.Status.ResultRef, "findings", len(findings), "message", truncate(run.Status.Message, 1024))
+		"result", run.Status.ResultName(), "findings", len(findings), "message", truncate(run.Status.Message, 1024))
 }
 
 // message is an error's text for a status, finding or event, without controller-runtime's
@@ -481,24 +499,61 @@ func EventName(run *securityv1.BackupVerifyRun, eventType string) string {
 	return strings.ToLower(backupsv1.BoundedName(253, "bvr", run.Namespace, run.Name, string(run.UID)[:8], eventType))
 }
 
-func (r *Reconciler) emit(ctx context.Context, run *securityv1.BackupVerifyRun, eventType string, sev securityv1.Severity, msg string, attrs map[string]string) error {
-	if attrs == nil {
-		attrs = map[string]string{}
+// emit creates the run's SecurityEvent of one type, in ugallu's shape as its backup-verify writes
+// it: subject the cluster (unresolved), the signals ugallu's consumers read (run.*, backup.*,
+// findings.*), plus Coffer's (run.uid, backup.storageLocation, result.name, findings.top.code,
+// findings.worstSeverity, message). The events of one run share a correlation ID (the run's UID)
+// and the terminal event names the Started one as its parent. Its name is deterministic per run
+// and type, so a retry finds it instead of emitting it twice.
+//
+// Without a SecurityEvent CRD in the cluster (neither ugallu's nor deploy/verifier/securityevents)
+// the run goes on: it is verified and ends as usual, and a Warning Event on the run says that no
+// SecurityEvent could be emitted.
+func (r *Reconciler) emit(ctx context.Context, run *securityv1.BackupVerifyRun, eventType string, sev securityv1.Severity, msg string, extra map[string]string) error {
+	signals := map[string]string{
+		"run.namespace": run.Namespace, "run.name": run.Name, "run.uid": string(run.UID),
+		"backup.backend": string(run.Spec.Backend), "backup.mode": string(mode(run)), "backup.refName": run.Spec.BackupRef.Name,
+		"message": truncate(msg, 4096),
 	}
-	attrs["backend"], attrs["mode"], attrs["backup"] = string(run.Spec.Backend), string(mode(run)), run.Spec.BackupRef.Name
+	if run.Spec.BackupRef.Namespace != "" {
+		signals["backup.refNamespace"] = run.Spec.BackupRef.Namespace
+	}
+	if run.Spec.BackupRef.StorageLocation != "" {
+		signals["backup.storageLocation"] = run.Spec.BackupRef.StorageLocation
+	}
+	for k, v := range extra {
+		signals[k] = v
+	}
 	se := &securityv1.SecurityEvent{
 		ObjectMeta: metav1.ObjectMeta{Name: EventName(run, eventType),
-			Labels: map[string]string{securityv1.LabelRunUID: string(run.UID)}},
+			Labels: map[string]string{securityv1.LabelRunUID: string(run.UID), LabelCorrelationID: string(run.UID),
+				"app.kubernetes.io/managed-by": Source}},
 		Spec: securityv1.SecurityEventSpec{
-			Type: eventType, Class: securityv1.EventClassOf(eventType), Severity: sev,
-			ClusterID: r.ClusterID, ClusterName: r.ClusterName, Source: Source,
-			Subject: securityv1.EventSubject{APIVersion: securityv1.GroupVersion.String(), Kind: "BackupVerifyRun",
-				Namespace: run.Namespace, Name: run.Name, UID: run.UID},
-			OccurredAt: metav1.NewTime(r.Clock.Now()), Message: truncate(msg, 4096), Attributes: attrs,
+			Class: securityv1.EventClassOf(eventType), Type: eventType, Severity: sev,
+			ClusterIdentity: securityv1.ClusterIdentity{ClusterID: r.ClusterID, ClusterName: r.ClusterName},
+			Source:          securityv1.SourceRef{APIVersion: securityv1.GroupVersion.String(), Kind: Source, Name: Source, Version: r.Version, Instance: Instance},
+			Subject: securityv1.EventSubject{Kind: securityv1.SubjectKindCluster, Name: "cluster", Namespace: run.Namespace,
+				Unresolved: true},
+			DetectedAt:    metav1.NewTime(r.Clock.Now()),
+			Signals:       signals,
+			CorrelationID: string(run.UID),
 		},
 	}
-	if err := r.Client.Create(ctx, se); err != nil && !apierrors.IsAlreadyExists(err) {
+	if eventType != securityv1.EventBackupVerifyStarted {
+		se.Spec.Parents = []corev1.ObjectReference{{APIVersion: securityv1.GroupVersion.String(), Kind: "SecurityEvent",
+			Name: EventName(run, securityv1.EventBackupVerifyStarted)}}
+	}
+	err := r.Client.Create(ctx, se)
+	switch {
+	case err == nil || apierrors.IsAlreadyExists(err):
+		return nil
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err): // a cluster-scoped create finds no resource
+
+		r.Recorder.Eventf(run, nil, corev1.EventTypeWarning, ReasonSecurityEventsNotInstalled, "Verify",
+			"SecurityEvent %s not emitted: the cluster serves no securityevents.security.ugallu.io (install ugallu, or apply deploy/verifier/securityevents)", eventType)
+		ctrl.LoggerFrom(ctx).Info("SecurityEvent not emitted: no SecurityEvent CRD in the cluster", "type", eventType)
+		return nil
+	default:
 		return fmt.Errorf("emitting SecurityEvent %s: %w", eventType, err)
 	}
-	return nil
 }
