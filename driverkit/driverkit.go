@@ -169,3 +169,12 @@ func (t *Transient) Unwrap() error { return t.Err }
 func Transientf(reason, format string, args ...any) *Transient {
 	return &Transient{Reason: reason, Err: fmt.Errorf(format, args...)}
 }
+
+// RestoreOptioner is implemented by a driver that takes restore options beyond the standard ones
+// (targetNamespace, restoreRBAC, inert): NewRestoreOptions returns a pointer to an empty struct
+// whose json fields name them, typed. Before a restore starts, the kit decodes the RestoreJob's
+// spec.options into it and fails the run InvalidOption, nothing restored, on an option the driver
+// does not take or of another type. A driver without it takes the standard options only.
+type RestoreOptioner interface {
+	NewRestoreOptions() any
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -572,7 +573,7 @@ func TestRestoreRBACRunsOnlyAdmitted(t *testing.T) {
 	withRBAC := func(value string) *backupsv1.RestoreJob {
 		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "restore-", Namespace: f.ns},
 			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name},
-				Options: map[string]string{backupsv1.OptionRestoreRBAC: value}}}
+				Options: backupsv1.StringOptions(map[string]string{backupsv1.OptionRestoreRBAC: value})}}
 		f.create(rj)
 		return rj
 	}
@@ -608,4 +609,52 @@ func TestRestoreRBACRunsOnlyAdmitted(t *testing.T) {
 		require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, "%s: %s", value, rj.Status.Message)
 	}
 	assert.Len(t, f.driver.restores, 2)
+}
+
+// spec.options is any JSON object of scalars, as Cozystack's RestoreJobs write them; the kit
+// decodes it into the options the driver declares (driverkit.RestoreOptioner) and fails the run
+// InvalidOption, the driver never asked, on an option the driver does not take or of another type;
+// the options it takes, typed as it declares them, reach it.
+func TestRestoreOptionsTypedByTheDriver(t *testing.T) {
+	f := newFixture(t)
+	f.driver.restore = func(context.Context, *driverkit.RestoreRun[S]) (driverkit.RestoreOutcome, error) {
+		return driverkit.RestoreOutcome{Done: true, Message: "restored"}, nil
+	}
+	b := f.readyBackup()
+	with := func(opts map[string]any) *backupsv1.RestoreJob {
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "restore-", Namespace: f.ns},
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}, Options: map[string]apiextensionsv1.JSON{}}}
+		for k, v := range opts {
+			rj.Spec.Options[k] = backupsv1.OptionValue(v)
+		}
+		f.create(rj)
+		return rj
+	}
+	for _, tt := range []struct {
+		opts map[string]any
+		want string
+	}{
+		{map[string]any{"keepOriginalPVC": true}, "spec.options.keepOriginalPVC is not an option of this driver; it takes failIfTargetExists, restoreTimeoutSeconds, targetNamespace, restoreRBAC, inert"},
+		{map[string]any{"failIfTargetExists": "yes"}, "spec.options.failIfTargetExists is a string; it must be a boolean"},
+		{map[string]any{"restoreTimeoutSeconds": 1.5}, "spec.options.restoreTimeoutSeconds is a number 1.5; it must be an integer"},
+		{map[string]any{"inert": true}, "spec.options.inert is true; it must be a string"},
+	} {
+		rj := with(tt.opts)
+		_, err := f.reconcileRestore(rj)
+		require.NoError(t, err)
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase, "%v: %s", tt.opts, rj.Status.Message)
+		ready := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
+		require.NotNil(t, ready)
+		assert.Equal(t, backupsv1.ReasonInvalidOption, ready.Reason)
+		assert.Contains(t, rj.Status.Message, tt.want)
+	}
+	assert.Empty(t, f.driver.restores, "the driver was not asked to restore")
+
+	ok := with(map[string]any{"failIfTargetExists": true, "restoreTimeoutSeconds": 600})
+	_, err := f.reconcileRestore(ok)
+	require.NoError(t, err)
+	require.Len(t, f.driver.restores, 1, ok.Status.Message)
+	var got scriptOptions
+	require.NoError(t, f.driver.restores[0].RestoreJob.Spec.DecodeOptions(&got))
+	assert.Equal(t, scriptOptions{FailIfTargetExists: true, TimeoutSeconds: 600}, got)
 }

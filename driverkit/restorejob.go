@@ -96,6 +96,9 @@ func (k *Kit[S]) runRestore(ctx context.Context, s *restoreScope) (reconcile.Res
 	if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable); c != nil && c.Status == metav1.ConditionFalse {
 		return reconcile.Result{}, Failf(backupsv1.ReasonArtifactMissing, "Backup %s cannot be restored: %s", b.Name, c.Message)
 	}
+	if err := k.optionsTaken(s.rj); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := k.targetAdmitted(ctx, s.rj); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -168,6 +171,26 @@ func (k *Kit[S]) targetAdmitted(ctx context.Context, rj *backupsv1.RestoreJob) e
 	case rj.CreationTimestamp.Before(&binding.CreationTimestamp):
 		return Failf(ReasonTargetNotAuthorized, "this RestoreJob was created before the admission policy %s was installed, so nobody checked that its creator may restore into namespace %s: create it again",
 			backupsv1.RestoreTargetPolicy, target)
+	}
+	return nil
+}
+
+// optionsTaken refuses a restore with an option the driver does not take, or of another type
+// (RestoreOptioner): the standard options are strings, the driver's typed as it declares them.
+// The admission policy coffer-restore-options refuses most such RestoreJobs at creation; this
+// holds where the policy is not installed, and for options only the driver knows.
+func (k *Kit[S]) optionsTaken(rj *backupsv1.RestoreJob) error {
+	for _, key := range []string{backupsv1.OptionTargetNamespace, backupsv1.OptionRestoreRBAC, backupsv1.OptionInert} {
+		if _, _, err := rj.Spec.StringOption(key); err != nil {
+			return Failf(backupsv1.ReasonInvalidOption, "%v; nothing was restored", err)
+		}
+	}
+	var into any = &struct{}{}
+	if o, ok := k.Driver.(RestoreOptioner); ok {
+		into = o.NewRestoreOptions()
+	}
+	if err := rj.Spec.DecodeOptions(into); err != nil {
+		return Failf(backupsv1.ReasonInvalidOption, "%v; nothing was restored: create the RestoreJob again without it", err)
 	}
 	return nil
 }

@@ -103,6 +103,14 @@ func (d *script) Restore(ctx context.Context, run *driverkit.RestoreRun[S]) (dri
 	return d.restore(ctx, run)
 }
 
+// scriptOptions are the restore options the script driver takes (driverkit.RestoreOptioner).
+type scriptOptions struct {
+	FailIfTargetExists bool  `json:"failIfTargetExists"`
+	TimeoutSeconds     int64 `json:"restoreTimeoutSeconds"`
+}
+
+func (d *script) NewRestoreOptions() any { return &scriptOptions{} }
+
 func (d *script) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (driverkit.DeleteOutcome, error) {
 	return d.delete(ctx, b)
 }

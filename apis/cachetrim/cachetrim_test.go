@@ -21,7 +21,7 @@ func TestTransform(t *testing.T) {
 			backupsv1.AnnotationScheduledTime:                  "2026-04-29T02:00:00Z",
 			backupsv1.AnnotationAdopted:                        strings.Repeat("true", 100), // named, but longer than its bound
 		}},
-		Spec: backupsv1.RestoreJobSpec{Options: map[string]string{"targetNamespace": "b"}}}
+		Spec: backupsv1.RestoreJobSpec{Options: backupsv1.StringOptions(map[string]string{"targetNamespace": "b"})}}
 	dropOptions := func(obj any) { obj.(*backupsv1.RestoreJob).Spec.Options = nil }
 	out, err := cachetrim.Transform(cachetrim.Keep{backupsv1.AnnotationScheduledTime: 64, backupsv1.AnnotationAdopted: 8}, dropOptions)(rj)
 	require.NoError(t, err)

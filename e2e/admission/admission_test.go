@@ -87,13 +87,24 @@ apiVersion: security.ugallu.io/v1alpha1
 kind: BackupVerifyRun
 metadata: {name: policy-probe, namespace: default}
 spec: {backend: velero, backupRef: {name: b}, mode: full-restore, sandboxNamespace: prod}`)
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := cl.Create(ctx, probe.DeepCopy())
-		if err == nil {
-			return false, cl.Delete(ctx, probe.DeepCopy())
+	options := mustObject(`
+apiVersion: backups.cozystack.io/v1alpha1
+kind: RestoreJob
+metadata: {name: policy-probe, namespace: default}
+spec: {backupRef: {name: b}, options: {probe: [1]}}`)
+	for _, probe := range []*unstructured.Unstructured{probe, options} {
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := cl.Create(ctx, probe.DeepCopy())
+			if err == nil {
+				return false, cl.Delete(ctx, probe.DeepCopy())
+			}
+			return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy"), nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", probe.GetKind(), probe.GetName(), err)
 		}
-		return apierrors.IsInvalid(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy"), nil
-	})
+	}
+	return nil
 }
 
 func mustObject(doc string) *unstructured.Unstructured {
@@ -238,11 +249,11 @@ func TestCreateRules(t *testing.T) {
 		{"backup: takenAt required", backup + "spec:\n  applicationRef: {kind: VirtualMachine, name: vm1}\n" + strings.Replace(strategyRef, "    ", "  ", 1),
 			[]string{"spec.takenAt: Required value"}},
 		// SecurityEvent and BackupVerifyResult
-		{"event: unknown severity rejected", se + "spec: {type: BackupVerifyStarted, class: Audit, severity: urgent, source: backup-verify, subject: {kind: BackupVerifyRun, name: r}, occurredAt: '2026-04-29T02:00:00Z'}",
+		{"event: unknown severity rejected", se + "spec: {type: BackupVerifyStarted, class: Audit, severity: urgent, source: {kind: ugallu-backup-verify, name: ugallu-backup-verify}, clusterIdentity: {}, subject: {kind: Cluster, name: cluster, unresolved: true}, detectedAt: '2026-04-29T02:00:00Z'}",
 			[]string{`spec.severity: Unsupported value: "urgent"`}},
-		{"event: unknown class rejected", se + "spec: {type: BackupVerifyStarted, class: Gossip, severity: info, source: backup-verify, subject: {kind: BackupVerifyRun, name: r}, occurredAt: '2026-04-29T02:00:00Z'}",
+		{"event: unknown class rejected", se + "spec: {type: BackupVerifyStarted, class: Gossip, severity: info, source: {kind: ugallu-backup-verify, name: ugallu-backup-verify}, clusterIdentity: {}, subject: {kind: Cluster, name: cluster, unresolved: true}, detectedAt: '2026-04-29T02:00:00Z'}",
 			[]string{`spec.class: Unsupported value: "Gossip"`}},
-		{"event: type must be UpperCamel", se + "spec: {type: backup verify, class: Audit, severity: info, source: backup-verify, subject: {kind: BackupVerifyRun, name: r}, occurredAt: '2026-04-29T02:00:00Z'}",
+		{"event: type must be UpperCamel", se + "spec: {type: backup verify, class: Audit, severity: info, source: {kind: ugallu-backup-verify, name: ugallu-backup-verify}, clusterIdentity: {}, subject: {kind: Cluster, name: cluster, unresolved: true}, detectedAt: '2026-04-29T02:00:00Z'}",
 			[]string{"spec.type: Invalid value"}},
 		{"result: finding code must be kebab", result + "spec: {runRef: {name: r}, backend: velero, backupRef: {name: b}, mode: checksum-only, findings: [{code: Bad Code, severity: high}]}",
 			[]string{"spec.findings[0].code: Invalid value"}},
@@ -350,7 +361,7 @@ func TestUpdateRules(t *testing.T) {
 			},
 			status: true, want: []string{`status.worstSeverity: Unsupported value: "severe"`}},
 		{name: "security event immutable",
-			doc: "apiVersion: security.ugallu.io/v1alpha1\nkind: SecurityEvent\nmetadata: {generateName: se-}\nspec: {type: BackupVerifyStarted, class: Audit, severity: info, source: backup-verify, subject: {kind: BackupVerifyRun, name: r}, occurredAt: '2026-04-29T02:00:00Z'}",
+			doc: "apiVersion: security.ugallu.io/v1alpha1\nkind: SecurityEvent\nmetadata: {generateName: se-}\nspec: {type: BackupVerifyStarted, class: Audit, severity: info, source: {kind: ugallu-backup-verify, name: ugallu-backup-verify}, clusterIdentity: {}, subject: {kind: Cluster, name: cluster, unresolved: true}, detectedAt: '2026-04-29T02:00:00Z'}",
 			mutate: func(u *unstructured.Unstructured) {
 				_ = unstructured.SetNestedField(u.Object, "critical", "spec", "severity")
 			},

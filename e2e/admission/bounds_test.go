@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -51,7 +52,8 @@ func TestSizeBounds(t *testing.T) {
 		opts, optKey, optVal = backupsv1.MaxOptions, backupsv1.MaxOptionKeyLength, backupsv1.MaxOptionValueLength
 		pars, parKey, parVal = backupsv1.MaxParameters, backupsv1.MaxParameterKeyLength, backupsv1.MaxParameterValueLength
 	)
-	optionsRule := fmt.Sprintf("options: keys must be 1-%d characters and values at most %d characters", optKey, optVal)
+	keyRule := fmt.Sprintf("options: keys must be 1-%d characters", optKey)
+	valueRule := fmt.Sprintf("options: each value must be a string of at most %d characters, a boolean or a number", optVal)
 	metaRule := fmt.Sprintf("driverMetadata: keys must be 1-%d characters and values at most %d characters", parKey, parVal)
 	paramsRule := fmt.Sprintf("parameters: keys must be 1-%d characters and values at most %d characters", parKey, parVal)
 	tests := []struct {
@@ -60,9 +62,17 @@ func TestSizeBounds(t *testing.T) {
 		want []string
 	}{
 		{"restore: largest options accepted", restore(sizedMap(opts, optKey, optVal)), nil},
-		{"restore: an option value too long", restore(sizedMap(1, 8, optVal+1)), []string{optionsRule}},
-		{"restore: an option key too long", restore(sizedMap(1, optKey+1, 4)), []string{optionsRule}},
-		{"restore: an empty option key", restore(map[string]any{"": "x"}), []string{optionsRule}},
+		{"restore: an option value too long", restore(sizedMap(1, 8, optVal+1)), []string{valueRule}},
+		{"restore: an option key too long", restore(sizedMap(1, optKey+1, 4)), []string{keyRule}},
+		{"restore: an empty option key", restore(map[string]any{"": "x"}), []string{keyRule}},
+		// Cozystack's RestoreJobs write booleans and numbers (failIfTargetExists: true,
+		// restoreTimeoutSeconds: 600); nested objects and lists are no options.
+		{"restore: booleans and numbers accepted", restore(map[string]any{"failIfTargetExists": true, "restoreTimeoutSeconds": int64(600), "ratio": 0.5}), nil},
+		{"restore: an object value", restore(map[string]any{"x": map[string]any{"a": strings.Repeat("v", 4096)}}), []string{valueRule}},
+		{"restore: a list value", restore(map[string]any{"x": []any{"a"}}), []string{valueRule}},
+		{"restore: targetNamespace not a string", restore(map[string]any{"targetNamespace": true}), []string{"options.targetNamespace must be a namespace name"}},
+		{"restore: restoreRBAC a boolean", restore(map[string]any{"restoreRBAC": true}), []string{`spec.options.restoreRBAC must be "true" or "false"`}},
+		{"restore: inert a boolean", restore(map[string]any{"inert": true}), []string{`spec.options.inert must be "true" or "false"`}},
 		{"restore: too many options", restore(sizedMap(opts+1, 8, 4)), []string{"spec.options: Too many"}},
 		{"job: longest planRef accepted", job(strings.Repeat("p", 253)), nil},
 		{"job: planRef too long", job(strings.Repeat("p", 254)), []string{"planRef.name must be at most 253 characters"}},
@@ -100,4 +110,33 @@ func TestSizeBounds(t *testing.T) {
 		require.NoError(t, unstructured.SetNestedField(j.Object, strategy(sizedMap(1, 8, parVal+1)), "status", "strategy"))
 		expectRejection(t, cl.Status().Update(ctx, j), []string{paramsRule})
 	})
+}
+
+// TestRestoreOptionsImmutable: a RestoreJob's options cannot change after its creation (the
+// policies that admitted its targetNamespace and restoreRBAC judged them once); its metadata can.
+func TestRestoreOptionsImmutable(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	rj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "backups.cozystack.io/v1alpha1", "kind": "RestoreJob",
+		"metadata": map[string]any{"generateName": "rj-", "namespace": ns},
+		"spec":     map[string]any{"backupRef": map[string]any{"name": "nightly"}, "options": map[string]any{"failIfTargetExists": true}}}}
+	require.NoError(t, cl.Create(ctx, rj))
+	for name, opts := range map[string]any{
+		"targetNamespace added": map[string]any{"failIfTargetExists": true, "targetNamespace": "elsewhere"},
+		"a value changed":       map[string]any{"failIfTargetExists": false},
+		"options removed":       nil,
+	} {
+		changed := rj.DeepCopy()
+		if opts == nil {
+			unstructured.RemoveNestedField(changed.Object, "spec", "options")
+		} else {
+			require.NoError(t, unstructured.SetNestedField(changed.Object, opts, "spec", "options"))
+		}
+		err := cl.Update(ctx, changed)
+		require.Error(t, err, name)
+		assert.True(t, strings.Contains(err.Error(), "spec.options is immutable") || strings.Contains(err.Error(), "spec is immutable"), "%s: %v", name, err)
+	}
+	labelled := rj.DeepCopy()
+	labelled.SetLabels(map[string]string{"team": "a"})
+	assert.NoError(t, cl.Update(ctx, labelled), "metadata stays writable")
 }

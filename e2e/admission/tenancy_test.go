@@ -46,7 +46,7 @@ func restoreJob(ns, target string) *backupsv1.RestoreJob {
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "restore-", Namespace: ns},
 		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly"}}}
 	if target != "" {
-		rj.Spec.Options = map[string]string{backupsv1.OptionTargetNamespace: target}
+		rj.Spec.Options = backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: target})
 	}
 	return rj
 }
@@ -163,9 +163,9 @@ func TestRestoreRBACNeedsTheRightToBind(t *testing.T) {
 	withRBAC := func(ns, target, value string) *backupsv1.RestoreJob {
 		rj := restoreJob(ns, target)
 		if rj.Spec.Options == nil {
-			rj.Spec.Options = map[string]string{}
+			rj.Spec.Options = backupsv1.StringOptions(map[string]string{})
 		}
-		rj.Spec.Options[backupsv1.OptionRestoreRBAC] = value
+		rj.Spec.Options[backupsv1.OptionRestoreRBAC] = backupsv1.OptionValue(value)
 		return rj
 	}
 
@@ -188,7 +188,7 @@ func TestRestoreRBACNeedsTheRightToBind(t *testing.T) {
 	t.Run("a user who may bind and escalate roles may", func(t *testing.T) {
 		rj := withRBAC(a, "", "true")
 		require.NoError(t, manager.Create(ctx, rj))
-		assert.Equal(t, "true", rj.Spec.Options[backupsv1.OptionRestoreRBAC], "the admitted opt-in is recorded on the RestoreJob")
+		assert.True(t, rj.Spec.IsTrue(backupsv1.OptionRestoreRBAC), "the admitted opt-in is recorded on the RestoreJob")
 	})
 	t.Run("cluster-admin may", func(t *testing.T) {
 		require.NoError(t, cl.Create(ctx, withRBAC(a, "", "true")))
@@ -213,7 +213,7 @@ func TestRestoreRBACNeedsTheRightToBind(t *testing.T) {
 	t.Run("the option cannot be added after creation", func(t *testing.T) {
 		rj := restoreJob(a, "")
 		require.NoError(t, edit.Create(ctx, rj))
-		rj.Spec.Options = map[string]string{backupsv1.OptionRestoreRBAC: "true"}
+		rj.Spec.Options = backupsv1.StringOptions(map[string]string{backupsv1.OptionRestoreRBAC: "true"})
 		err := cl.Update(ctx, rj)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "spec is immutable")

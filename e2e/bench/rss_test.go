@@ -167,7 +167,7 @@ func createRestoreJobs(ctx context.Context, b *testing.B, cl client.Client, ns s
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("r-%04d", i), Namespace: ns, Annotations: annotations},
-				Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly"}, Options: options}}
+				Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly"}, Options: backupsv1.StringOptions(options)}}
 			err := cl.Create(ctx, rj)
 			mu.Lock()
 			defer mu.Unlock()

@@ -260,7 +260,7 @@ func backupJob(t *testing.T, ctx context.Context, c client.Client, name, class s
 func restoreJob(name, ns, backup, target string) *backupsv1.RestoreJob {
 	return &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.RestoreJobSpec{
 		BackupRef: corev1.LocalObjectReference{Name: backup},
-		Options:   map[string]string{backupsv1.OptionTargetNamespace: target},
+		Options:   backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: target}),
 	}}
 }
 

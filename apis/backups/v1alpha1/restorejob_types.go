@@ -1,9 +1,15 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -31,19 +37,22 @@ type RestoreJobSpec struct {
 	// +kubebuilder:validation:XValidation:rule="size(self.kind) > 0 && size(self.kind) <= 63",message="targetApplicationRef.kind must be 1-63 characters"
 	TargetApplicationRef *corev1.TypedLocalObjectReference `json:"targetApplicationRef,omitempty"`
 
-	// options are restore options. Standard ones are read alike by every driver and by the
-	// admission policies shipped with core: targetNamespace (OptionTargetNamespace) restores into
-	// another namespace, admitted (coffer-restore-target) only when the creating user may create
-	// RestoreJobs there; restoreRBAC (OptionRestoreRBAC) "true" restores the backup's Roles,
-	// RoleBindings and ServiceAccounts, which are left out otherwise, admitted (coffer-restore-rbac)
-	// only when the creating user may create and bind them in the target namespace; inert
-	// (OptionInert). The others are driver-specific.
-	// Bounded (MaxOptions, MaxOptionKeyLength, MaxOptionValueLength): every controller holds every
-	// RestoreJob in memory.
+	// options are restore options: a JSON object whose values are strings, booleans or numbers,
+	// as Cozystack's RestoreJobs write them (recoveryTime, failIfTargetExists: true,
+	// restoreTimeoutSeconds: 600, ...); each driver decodes the ones it takes, typed, and fails a
+	// restore with an option it does not take or of the wrong type (InvalidOption). Standard ones,
+	// strings, are read alike by every driver and by the admission policies shipped with core:
+	// targetNamespace (OptionTargetNamespace) restores into another namespace, admitted
+	// (coffer-restore-target) only when the creating user may create RestoreJobs there;
+	// restoreRBAC (OptionRestoreRBAC) "true" restores the backup's Roles, RoleBindings and
+	// ServiceAccounts, which are left out otherwise, admitted (coffer-restore-rbac) only when the
+	// creating user may create and bind them in the target namespace; inert (OptionInert).
+	// Bounded (MaxOptions by the CRD; keys, values and the standard options' types by the
+	// admission policy RestoreOptionsPolicy, as the API server exposes no untyped value to a
+	// CRD's CEL rules): every controller holds every RestoreJob in memory.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
-	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) > 0 && size(k) <= 63 && size(self[k]) <= 1024)",message="options: keys must be 1-63 characters and values at most 1024 characters"
-	Options map[string]string `json:"options,omitempty"`
+	Options map[string]apiextensionsv1.JSON `json:"options,omitempty"`
 }
 
 // RestoreJobStatus is written by the driver that owns the Backup's strategy.
@@ -124,13 +133,18 @@ type RestoreJobList struct {
 	Items           []RestoreJob `json:"items"`
 }
 
-// Bounds of spec.options, enforced at admission by the CRD's schema. Every option a driver reads
-// today is a namespace name or "true"/"false".
+// Bounds of spec.options, enforced at admission by the CRD's schema: at most MaxOptions, each a
+// string of at most MaxOptionValueLength characters, a boolean or a number.
 const (
 	MaxOptions           = 32
 	MaxOptionKeyLength   = 63
 	MaxOptionValueLength = 1024
 )
+
+// RestoreOptionsPolicy is the ValidatingAdmissionPolicy (and its binding) that bounds
+// spec.options: keys of 1-MaxOptionKeyLength characters; values strings of at most
+// MaxOptionValueLength characters, booleans or numbers; the standard options strings.
+const RestoreOptionsPolicy = "coffer-restore-options"
 
 // OptionTargetNamespace is the standard restore option naming the namespace to restore into, when
 // it is not the RestoreJob's own (contract RJ-5, RJ-9).
@@ -159,7 +173,11 @@ const RestoreRBACPolicy = "coffer-restore-rbac"
 // RestoresRBAC reports whether the RestoreJob asks for the backup's Roles, RoleBindings and
 // ServiceAccounts, and an error naming the option when its value is neither "true" nor "false".
 func (r *RestoreJob) RestoresRBAC() (bool, error) {
-	switch v, set := r.Spec.Options[OptionRestoreRBAC]; {
+	v, set, err := r.Spec.StringOption(OptionRestoreRBAC)
+	if err != nil {
+		return false, err
+	}
+	switch {
 	case !set || v == "false":
 		return false, nil
 	case v == "true":
@@ -176,8 +194,118 @@ const RestoreTargetPolicy = "coffer-restore-target"
 // TargetNamespace is the namespace the restore writes into: spec.options.targetNamespace, or the
 // RestoreJob's own namespace.
 func (r *RestoreJob) TargetNamespace() string {
-	if t := r.Spec.Options[OptionTargetNamespace]; t != "" {
+	if t, _, _ := r.Spec.StringOption(OptionTargetNamespace); t != "" {
 		return t
 	}
 	return r.Namespace
+}
+
+// StringOption returns the string option key of spec.options and whether it is set; an option
+// set to anything but a string is an error naming it.
+func (s *RestoreJobSpec) StringOption(key string) (string, bool, error) {
+	raw, set := s.Options[key]
+	if !set {
+		return "", false, nil
+	}
+	var v string
+	if err := json.Unmarshal(raw.Raw, &v); err != nil {
+		return "", true, fmt.Errorf("spec.options.%s is %.64s; it must be a string", key, raw.Raw)
+	}
+	return v, true, nil
+}
+
+// IsTrue reports whether the string option key is "true".
+func (s *RestoreJobSpec) IsTrue(key string) bool {
+	v, _, err := s.StringOption(key)
+	return err == nil && v == "true"
+}
+
+// StringOptions makes spec.options of string values.
+func StringOptions(opts map[string]string) map[string]apiextensionsv1.JSON {
+	if opts == nil {
+		return nil
+	}
+	out := make(map[string]apiextensionsv1.JSON, len(opts))
+	for k, v := range opts {
+		raw, _ := json.Marshal(v)
+		out[k] = apiextensionsv1.JSON{Raw: raw}
+	}
+	return out
+}
+
+// DecodeOptions decodes spec.options into into, a pointer to a struct whose json tags name the
+// options a driver takes, typed: an option it does not take, or of another type, is an error
+// naming it and saying what is taken, for the driver to fail the restore with
+// (ReasonInvalidOption). The standard options (targetNamespace, restoreRBAC, inert) are taken by
+// every driver and need no field.
+func (s *RestoreJobSpec) DecodeOptions(into any) error {
+	rest := map[string]json.RawMessage{}
+	for k, v := range s.Options {
+		if k == OptionTargetNamespace || k == OptionRestoreRBAC || k == OptionInert {
+			continue
+		}
+		rest[k] = v.Raw
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	taken := optionNames(into)
+	for k := range rest {
+		if !slices.Contains(taken, k) {
+			return fmt.Errorf("spec.options.%.63s is not an option of this driver; it takes %s", k, strings.Join(append(taken, OptionTargetNamespace, OptionRestoreRBAC, OptionInert), ", "))
+		}
+	}
+	raw, err := json.Marshal(rest)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("spec.options.%s is a %s; it must be %s", te.Field, te.Value, kindWord(te.Type.Kind()))
+		}
+		return fmt.Errorf("spec.options: %w", err)
+	}
+	return nil
+}
+
+// optionNames are the json names of the fields of the struct into points to.
+func optionNames(into any) []string {
+	t := reflect.TypeOf(into)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var names []string
+	if t == nil || t.Kind() != reflect.Struct {
+		return names
+	}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// OptionValue is v as the value of an option (a string, a boolean or a number).
+func OptionValue(v any) apiextensionsv1.JSON {
+	raw, _ := json.Marshal(v)
+	return apiextensionsv1.JSON{Raw: raw}
+}
+
+func kindWord(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	default:
+		return "a " + k.String()
+	}
 }

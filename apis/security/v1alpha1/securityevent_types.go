@@ -222,8 +222,12 @@ type SecurityEventSpec struct {
 	// +required
 	Class EventClass `json:"class"`
 
-	// type is the catalog type, e.g. BackupVerifyMismatch.
+	// type is the catalog type, e.g. BackupVerifyMismatch (UpperCamel, as every type of ugallu's
+	// catalog).
 	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
 	Type string `json:"type"`
 
 	// severity is info, low, medium, high or critical.

@@ -72,7 +72,7 @@ func TestRunServesProbes(t *testing.T) {
 	ns := env.Namespace(t)
 	notes := strings.Repeat("x", 200<<10)
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: ns, Annotations: map[string]string{"tenant.example/notes": notes}},
-		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "gone"}, Options: map[string]string{"inert": "true", "note": "kept"}}}
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "gone"}, Options: backupsv1.StringOptions(map[string]string{"inert": "true", "note": "kept"})}}
 	require.NoError(t, env.Client.Create(context.Background(), rj))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,7 +98,7 @@ func TestRunServesProbes(t *testing.T) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(rj), rj)
 		return err == nil && rj.Status.Phase == backupsv1.RestoreJobFailed, err
 	}), "core fails the unclaimed RestoreJob")
-	assert.Equal(t, map[string]string{"inert": "true", "note": "kept"}, rj.Spec.Options, "core's status patch left the options alone")
+	assert.Equal(t, backupsv1.StringOptions(map[string]string{"inert": "true", "note": "kept"}), rj.Spec.Options, "core's status patch left the options alone")
 	assert.Equal(t, notes, rj.Annotations["tenant.example/notes"], "and the annotation")
 	cancel()
 	select {
@@ -119,7 +119,7 @@ func TestCacheHoldsWhatCoreReads(t *testing.T) {
 	ns := env.Namespace(t)
 	big := strings.Repeat("x", 200<<10)
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: ns, Annotations: map[string]string{"tenant.example/notes": big}},
-		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "gone"}, Options: map[string]string{"inert": "true", "note": "kept"}}}
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "gone"}, Options: backupsv1.StringOptions(map[string]string{"inert": "true", "note": "kept"})}}
 	require.NoError(t, env.Client.Create(ctx, rj))
 	bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: ns,
 		Annotations: map[string]string{backupsv1.AnnotationScheduledTime: "2026-04-29T02:00:00Z", "tenant.example/notes": big}},

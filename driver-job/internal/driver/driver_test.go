@@ -825,7 +825,7 @@ func (f *fixture) verificationRestoreJob(b *backupsv1.Backup, inert bool) *backu
 		opts[backupsv1.OptionInert] = "true"
 	}
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "verify-", Namespace: f.ns},
-		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}, Options: opts}}
+		Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}, Options: backupsv1.StringOptions(opts)}}
 	require.NoError(f.t, cl.Create(f.ctx, rj))
 	return rj
 }

@@ -56,7 +56,7 @@ const ReasonTargetNotSupported = "TargetNotSupported"
 // namespace (the sandbox runs no pods) and compares every file with the artifact's manifest;
 // nothing is written into the sandbox, and nothing into the application.
 func verification(rj *backupsv1.RestoreJob) bool {
-	return rj.TargetNamespace() != rj.Namespace && rj.Spec.Options[backupsv1.OptionInert] == "true"
+	return rj.TargetNamespace() != rj.Namespace && rj.Spec.IsTrue(backupsv1.OptionInert)
 }
 
 // verified turns a verify Job's report into the RestoreJob's outcome (contract RJ-13): every file

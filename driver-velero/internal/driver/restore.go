@@ -32,6 +32,14 @@ const (
 	OptionAllowExistingTarget = "allowExistingTarget"
 )
 
+// RestoreOptions are the restore options driver-velero takes beyond the standard ones.
+type RestoreOptions struct {
+	AllowExistingTarget string `json:"allowExistingTarget,omitempty"`
+}
+
+// NewRestoreOptions implements driverkit.RestoreOptioner.
+func (d *Driver) NewRestoreOptions() any { return &RestoreOptions{} }
+
 // Restore starts the run's Velero restore or observes it.
 func (d *Driver) Restore(ctx context.Context, run *driverkit.RestoreRun[Strategy]) (driverkit.RestoreOutcome, error) {
 	vr, err := d.ensureRestore(ctx, run)
@@ -93,7 +101,7 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	}
 	target := rj.TargetNamespace()
 	app := backup.Spec.ApplicationRef // the target application too: sameApplication refused any other
-	if target != backup.Namespace && rj.Spec.Options[OptionAllowExistingTarget] != "true" {
+	if target != backup.Namespace && !rj.Spec.IsTrue(OptionAllowExistingTarget) {
 		_, err := driverkit.Application(ctx, d.Client, target, app)
 		if err == nil {
 			return nil, driverkit.Failf(backupsv1.ReasonFailed,
@@ -134,7 +142,7 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	spec.IncludeClusterResources = &noCluster
 	// Backups made before a kind joined the list may hold it.
 	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
-	if rj.Spec.Options[backupsv1.OptionInert] == "true" {
+	if rj.Spec.IsTrue(backupsv1.OptionInert) {
 		// Nothing that runs (contract RJ-12): bare Pods are left out too, and RBAC.
 		spec.ExcludedResources = appendMissing(spec.ExcludedResources, veleroapi.Resources(veleroapi.InertExcluded())...)
 	}
@@ -170,7 +178,7 @@ func restoresRBAC(rj *backupsv1.RestoreJob) (bool, error) {
 	if err != nil {
 		return false, driverkit.Failf(backupsv1.ReasonInvalidOption, "%v; nothing was restored", err)
 	}
-	return want && rj.Spec.Options[backupsv1.OptionInert] != "true", nil
+	return want && !rj.Spec.IsTrue(backupsv1.OptionInert), nil
 }
 
 // rbacNote says in the run's event and Ready message whether the backup's Roles, RoleBindings and
@@ -180,7 +188,7 @@ func rbacNote(rj *backupsv1.RestoreJob) string {
 		return fmt.Sprintf("Roles, RoleBindings and ServiceAccounts restored as requested (spec.options.%s, admitted by %s)",
 			backupsv1.OptionRestoreRBAC, backupsv1.RestoreRBACPolicy)
 	}
-	if rj.Spec.Options[backupsv1.OptionInert] == "true" {
+	if rj.Spec.IsTrue(backupsv1.OptionInert) {
 		return "Roles, RoleBindings and ServiceAccounts left out (inert restore)"
 	}
 	return fmt.Sprintf("Roles, RoleBindings and ServiceAccounts left out: set spec.options.%s: \"true\" to restore them, which needs the right to create, bind and escalate Roles in namespace %s",

@@ -177,7 +177,7 @@ func TestBackupDeleteRestore(t *testing.T) {
 	t.Run("with restoreRBAC the Roles, RoleBindings and ServiceAccounts come back", func(t *testing.T) {
 		rbac := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "undo-rbac", Namespace: managedNS},
 			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"},
-				Options: map[string]string{backupsv1.OptionRestoreRBAC: "true"}}}
+				Options: backupsv1.StringOptions(map[string]string{backupsv1.OptionRestoreRBAC: "true"})}}
 		require.NoError(t, cl.Create(ctx, rbac))
 		waitFor(t, "the restore with RBAC", 3*time.Minute, func(ctx context.Context) (bool, error) {
 			return rbac.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(rbac), rbac)
@@ -209,7 +209,7 @@ func TestBackupDeleteRestore(t *testing.T) {
 	t.Run("restore into another namespace maps exactly and writes nothing elsewhere", func(t *testing.T) {
 		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: managedNS},
 			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"},
-				Options: map[string]string{"targetNamespace": targetNS}}}
+				Options: backupsv1.StringOptions(map[string]string{"targetNamespace": targetNS})}}
 		sourceVersions := versions(t, managedNS)
 		require.NoError(t, cl.Create(ctx, rj))
 		waitFor(t, "the restore into "+targetNS, 3*time.Minute, func(ctx context.Context) (bool, error) {
@@ -236,7 +236,7 @@ func TestBackupDeleteRestore(t *testing.T) {
 
 		again := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: "copy-again", Namespace: managedNS},
 			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "nightly-1"},
-				Options: map[string]string{"targetNamespace": targetNS}}}
+				Options: backupsv1.StringOptions(map[string]string{"targetNamespace": targetNS})}}
 		shop(t, targetNS, "shop")
 		require.NoError(t, cl.Create(ctx, again))
 		waitFor(t, "the refused restore", time.Minute, func(ctx context.Context) (bool, error) {

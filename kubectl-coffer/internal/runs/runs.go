@@ -68,7 +68,7 @@ func RestoreJob(backup *backupsv1.Backup, targetNamespace, suffix string) *backu
 		Spec:       backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: backup.Name}},
 	}
 	if targetNamespace != "" && targetNamespace != backup.Namespace {
-		rj.Spec.Options = map[string]string{backupsv1.OptionTargetNamespace: targetNamespace}
+		rj.Spec.Options = backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: targetNamespace})
 	}
 	return rj
 }

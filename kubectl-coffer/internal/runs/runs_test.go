@@ -81,7 +81,7 @@ func TestRestoreJob(t *testing.T) {
 			assert.Equal(t, "shop-nightly-29623800-restore-x7k2p", rj.Name)
 			assert.Equal(t, "shop", rj.Namespace)
 			assert.Equal(t, corev1.LocalObjectReference{Name: b.Name}, rj.Spec.BackupRef)
-			assert.Equal(t, tc.options, rj.Spec.Options)
+			assert.Equal(t, backupsv1.StringOptions(tc.options), rj.Spec.Options)
 			want := tc.target
 			if want == "" {
 				want = "shop"

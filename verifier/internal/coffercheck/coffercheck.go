@@ -284,7 +284,7 @@ func (c *Checker) createRestoreJob(ctx context.Context, run *securityv1.BackupVe
 			securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}},
 		Spec: backupsv1.RestoreJobSpec{
 			BackupRef: corev1.LocalObjectReference{Name: b.Name},
-			Options:   map[string]string{backupsv1.OptionTargetNamespace: run.Spec.SandboxNamespace, backupsv1.OptionInert: "true"},
+			Options:   backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: run.Spec.SandboxNamespace, backupsv1.OptionInert: "true"}),
 		},
 	}
 	if err := c.Client.Create(ctx, rj); err != nil {

@@ -534,7 +534,7 @@ func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun,
 	t.Helper()
 	ctx := context.Background()
 	rj := awaitRestoreJob(t, h, run, b)
-	require.Equal(t, "true", rj.Spec.Options[backupsv1.OptionInert])
+	require.True(t, rj.Spec.IsTrue(backupsv1.OptionInert))
 	require.Equal(t, run.Spec.SandboxNamespace, rj.TargetNamespace())
 	vr := &velerov1.Restore{ObjectMeta: metav1.ObjectMeta{Name: rj.Name, Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]},
 		Spec: velerov1.RestoreSpec{BackupName: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], IncludedNamespaces: []string{b.Namespace},

@@ -245,9 +245,9 @@ func TestVerifierConfinedToSandboxes(t *testing.T) {
 	// labelled with a run's UID; never a restore into a tenant's namespace.
 	restoreJob := func(target string, inert bool, labelled bool) *backupsv1.RestoreJob {
 		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvr-probe-", Namespace: prod},
-			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "any"}, Options: map[string]string{backupsv1.OptionTargetNamespace: target}}}
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "any"}, Options: backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: target})}}
 		if inert {
-			rj.Spec.Options[backupsv1.OptionInert] = "true"
+			rj.Spec.Options[backupsv1.OptionInert] = backupsv1.OptionValue("true")
 		}
 		if labelled {
 			rj.Labels = map[string]string{securityv1.LabelRunUID: "0000-test"}
