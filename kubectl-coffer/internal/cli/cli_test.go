@@ -345,3 +345,16 @@ func TestCompletionCommand(t *testing.T) {
 		assert.Contains(t, h.out.String(), "kubectl-coffer", shell)
 	}
 }
+
+// convert-strategy converts a file without touching the cluster: the converted documents on
+// standard output, the notes on standard error.
+func TestConvertStrategy(t *testing.T) {
+	h := newHarness(t, nil)
+	require.NoError(t, h.run("convert-strategy", "-f", "../convert/testdata/nats.yaml"))
+	assert.Contains(t, h.out.String(), "kind: JobBackupStrategy\n")
+	assert.Contains(t, h.errOut.String(), `note: JobBackupStrategy nats-backup: "{{ default`)
+	list := &backupsv1.BackupJobList{}
+	require.NoError(t, h.client.List(context.Background(), list))
+	assert.Empty(t, list.Items, "nothing was sent to the cluster")
+	assert.Error(t, h.run("convert-strategy"), "-f is required")
+}

@@ -68,7 +68,8 @@ func newRootCommand(o *Options) *cobra.Command {
 		Use:   "kubectl-coffer",
 		Short: "Back up, restore and verify applications with Coffer",
 		Long: `kubectl coffer drives Coffer (backups.cozystack.io): the state of every Plan, a backup now,
-a restore, a verification of a Velero backup, and what happened to a run.`,
+a restore, a verification of a Velero backup, what happened to a run, and Cozystack's own
+strategies converted into Coffer's.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl coffer"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -84,6 +85,7 @@ a restore, a verification of a Velero backup, and what happened to a run.`,
 		newRestoreCommand(o),
 		newVerifyCommand(o),
 		newDescribeCommand(o),
+		newConvertCommand(o),
 	)
 	return cmd
 }
