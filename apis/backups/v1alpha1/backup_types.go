@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // BackupPhase summarises the conditions of a Backup.
@@ -81,6 +82,16 @@ type BackupStatus struct {
 	// condition are written by the backup verifier only (contract BK-10); drivers preserve them.
 	// +optional
 	Verification *BackupVerification `json:"verification,omitempty"`
+
+	// underlyingResources is what a driver found of the application while backing it up and a
+	// restore of it may need (a VM's disks and addresses, a database's parameters), as
+	// Cozystack's drivers record it: a JSON object carrying its own apiVersion and kind so the
+	// reader can tell its shape. Written by the driver that made the Backup (tenants cannot write
+	// a Backup's status), read by restores; Coffer's own drivers record none yet.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	UnderlyingResources *runtime.RawExtension `json:"underlyingResources,omitempty"`
 
 	// conditions: ArtifactAvailable and PartiallyFailed (the driver's), Verified (the verifier's).
 	// +optional

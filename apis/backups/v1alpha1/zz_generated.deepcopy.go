@@ -382,6 +382,11 @@ func (in *BackupStatus) DeepCopyInto(out *BackupStatus) {
 		*out = new(BackupVerification)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.UnderlyingResources != nil {
+		in, out := &in.UnderlyingResources, &out.UnderlyingResources
+		*out = new(runtime.RawExtension)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))

@@ -135,13 +135,17 @@ var cacheAnnotations = cachetrim.Keep{
 }
 
 // cacheTransform trims what core caches to what it reads (docs/security.md, "Bounds and caches"):
-// no managedFields, only cacheAnnotations, and no RestoreJob spec.options, which core never reads
-// (it fails an unclaimed RestoreJob by its Backup alone). Core writes those objects only with
+// no managedFields, only cacheAnnotations, no RestoreJob spec.options, which core never reads
+// (it fails an unclaimed RestoreJob by its Backup alone), and no Backup status.underlyingResources
+// (a driver's record for its restores). Core writes those objects only with
 // Status().Patch, so nothing dropped here is written back.
 func cacheTransform() func(any) (any, error) {
 	return cachetrim.Transform(cacheAnnotations, func(obj any) {
-		if rj, ok := obj.(*backupsv1.RestoreJob); ok {
-			rj.Spec.Options = nil
+		switch o := obj.(type) {
+		case *backupsv1.RestoreJob:
+			o.Spec.Options = nil
+		case *backupsv1.Backup:
+			o.Status.UnderlyingResources = nil
 		}
 	})
 }

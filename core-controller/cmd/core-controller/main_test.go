@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -138,5 +139,22 @@ func TestCacheHoldsWhatCoreReads(t *testing.T) {
 	assert.Empty(t, cachedRJ.ManagedFields)
 	assert.Equal(t, "gone", cachedRJ.Spec.BackupRef.Name)
 	assert.Equal(t, map[string]string{backupsv1.AnnotationScheduledTime: "2026-04-29T02:00:00Z"}, cachedBJ.Annotations)
+
+	// A Backup's underlyingResources (a driver's record for its restores) is not core's.
+	group := "velerodriver.backups.cozystack.io"
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns},
+		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "VirtualMachine", Name: "vm"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VeleroBackupStrategy", Name: "s"}, TakenAt: metav1.Now()}}
+	require.NoError(t, env.Client.Create(ctx, b))
+	b.Status.UnderlyingResources = &runtime.RawExtension{Raw: []byte(`{"apiVersion":"apps.cozystack.io/v1alpha1","kind":"VMInstance","disks":["` + big + `"]}`)}
+	require.NoError(t, env.Client.Status().Update(ctx, b))
+	cachedB := &backupsv1.Backup{}
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return c.Get(ctx, client.ObjectKeyFromObject(b), cachedB) == nil && cachedB.ResourceVersion == b.ResourceVersion, nil
+	}))
+	assert.Nil(t, cachedB.Status.UnderlyingResources)
+	stored := &backupsv1.Backup{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), stored))
+	assert.JSONEq(t, string(b.Status.UnderlyingResources.Raw), string(stored.Status.UnderlyingResources.Raw), "the API server keeps it whole")
 
 }
