@@ -178,6 +178,11 @@ func rejected(t *testing.T, ctx context.Context, c client.Client) {
 			[]string{"spec", "full-restore is supported only by the velero and coffer backends"}},
 		{"BackupVerifyRun: no backup name", runHead + "spec: {backend: velero, backupRef: {namespace: velero}}",
 			[]string{"spec.backupRef.name: Required value"}},
+		// ugallu's smoke scenarios 1 and 2 (ninsun-labs/ugallu hack/backup-verify-smoke.sh), as written.
+		{"ugallu smoke S1: backend restic", runHead + "spec: { backend: restic, backupRef: { name: x }, mode: checksum-only, timeout: 5m }",
+			[]string{`spec.backend: Unsupported value: "restic"`}},
+		{"ugallu smoke S2: full-restore without sandbox", runHead + "spec: { backend: velero, backupRef: { name: x, namespace: velero }, mode: full-restore, timeout: 5m }",
+			[]string{"sandboxNamespace is required for full-restore"}},
 	}
 	for _, tt := range creates {
 		t.Run(tt.name, func(t *testing.T) {
@@ -396,8 +401,10 @@ func runtimeErrors(t *testing.T, ctx context.Context, c client.Client) {
 				codes = append(codes, f.Code)
 			}
 			assert.Contains(t, codes, securityv1.CodeVeleroBackupNotFound)
+			assert.Equal(t, []string{securityv1.EventBackupVerifyMismatch}, terminalEvents(ctx, t, c, run), "ugallu smoke S4")
 			t.Logf("BackupVerifyRun %s: %s, worst severity %s, findings %v: %s", run.Name, run.Status.Phase, run.Status.WorstSeverity, codes, run.Status.Message)
 		}})
+	outcomes = append(outcomes, ugalluSmoke(ctx, t, c)...)
 
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, claimTimeout+3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, o := range outcomes {
@@ -576,4 +583,56 @@ func reconciles(c *components.Component) (float64, error) {
 		sum += v
 	}
 	return sum, sc.Err()
+}
+
+// terminalEvents are the types of the SecurityEvents of run other than BackupVerifyStarted.
+func terminalEvents(ctx context.Context, t *testing.T, c client.Client, run *securityv1.BackupVerifyRun) []string {
+	t.Helper()
+	list := &securityv1.SecurityEventList{}
+	require.NoError(t, c.List(ctx, list, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}))
+	var types []string
+	for _, e := range list.Items {
+		if e.Spec.Type != securityv1.EventBackupVerifyStarted {
+			types = append(types, e.Spec.Type)
+		}
+	}
+	return types
+}
+
+// ugalluSmoke: ugallu's own smoke scenarios 3 and 5 for backup-verify (ninsun-labs/ugallu
+// hack/backup-verify-smoke.sh; 1, 2 and 4 are above), their runs as the script writes them:
+// a checksum-only run of an etcd snapshot that does not exist ends Failed with a
+// BackupVerifyFailed event; a full-restore of a Velero backup that does not exist ends Succeeded
+// with a Result (worstSeverity high) and a Mismatch, and leaves neither its sandbox nor a Restore.
+func ugalluSmoke(ctx context.Context, t *testing.T, c client.Client) []outcome {
+	missing := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "missing-file", Namespace: verifyNS},
+		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendEtcdSnapshot, BackupRef: securityv1.BackupRef{Name: "does-not-exist"},
+			Mode: securityv1.ModeChecksumOnly, Timeout: &metav1.Duration{Duration: 30 * time.Second}}}
+	require.NoError(t, c.Create(ctx, missing))
+	sandbox := "bv-smoke-bvsandbox"
+	full := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "velero-fullrestore", Namespace: verifyNS},
+		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero, BackupRef: securityv1.BackupRef{Name: "smoke-not-real", Namespace: velerostack.Namespace},
+			Mode: securityv1.ModeFullRestore, SandboxNamespace: sandbox, Timeout: &metav1.Duration{Duration: 3 * time.Minute}}}
+	require.NoError(t, c.Create(ctx, full))
+	return []outcome{
+		{obj: missing, done: func() bool { return missing.Status.Phase.IsTerminal() }, check: func(t *testing.T) {
+			assert.Equal(t, securityv1.RunFailed, missing.Status.Phase, missing.Status.Message)
+			assert.Equal(t, []string{securityv1.EventBackupVerifyFailed}, terminalEvents(ctx, t, c, missing), "ugallu smoke S3")
+		}},
+		{obj: full, done: func() bool { return full.Status.Phase.IsTerminal() }, check: func(t *testing.T) {
+			assert.Equal(t, securityv1.RunSucceeded, full.Status.Phase, full.Status.Message)
+			res := &securityv1.BackupVerifyResult{}
+			require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: verifyNS, Name: full.Status.ResultName()}, res))
+			assert.Equal(t, securityv1.SeverityHigh, res.Status.WorstSeverity)
+			assert.Equal(t, []string{securityv1.EventBackupVerifyMismatch}, terminalEvents(ctx, t, c, full), "ugallu smoke S5")
+			assert.True(t, apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Name: sandbox}, &corev1.Namespace{})), "no sandbox left")
+			restores := &unstructured.UnstructuredList{}
+			restores.SetAPIVersion("velero.io/v1")
+			restores.SetKind("RestoreList")
+			require.NoError(t, c.List(ctx, restores, client.InNamespace(velerostack.Namespace)))
+			for _, r := range restores.Items {
+				assert.NotContains(t, r.GetName(), full.Name, "no Restore of the run left")
+			}
+		}},
+	}
 }
