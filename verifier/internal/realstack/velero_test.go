@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -541,6 +542,46 @@ func TestEtcdSnapshot(t *testing.T) {
 				assert.Equal(t, int64(len(data)), r.Spec.SizeBytes)
 			}
 		})
+	}
+}
+
+// TestReusedSandboxNameWaitsForTheEarlierRun: the spec's nightly example reuses one sandbox name
+// every night. A run meeting the previous night's sandbox (labelled with that run's UID) still
+// being deleted waits for it to go, then verifies: no sandbox-not-owned finding about a good
+// backup.
+func TestReusedSandboxNameWaitsForTheEarlierRun(t *testing.T) {
+	ctx := context.Background()
+	ns := uniq("re")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, ns, true, ns)
+	sandbox := ns + "-bvsandbox"
+	const hold = "coffer.test/hold"
+
+	// Last night's sandbox, on its way out; its deletion takes as long as this test wants.
+	sb := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sandbox, Finalizers: []string{hold},
+		Labels: map[string]string{securityv1.LabelRunUID: "6c1f3e2a-0000-4000-8000-000000000001", securityv1.LabelRun: "fr-night-1"}}}
+	require.NoError(t, cl.Create(ctx, sb))
+	require.NoError(t, cl.Delete(ctx, sb))
+
+	h := newHarness(t)
+	run := veleroRun(t, "fr-night-2", vb.Name, securityv1.ModeFullRestore, sandbox)
+	for range 3 {
+		h.step(run)
+	}
+	assert.Equal(t, securityv1.RunRunning, run.Status.Phase, "waiting, not failed: %s", run.Status.Message)
+	assert.Empty(t, run.Status.ResultName())
+
+	// Released: the namespace controller deletes it (on its own time, which under load may be
+	// long: waited for here, so that the verification's own bound starts once it is gone).
+	require.NoError(t, cl.Patch(ctx, sb, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, client.ObjectKey{Name: sandbox}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}), "last night's sandbox is deleted")
+	h.finish(run)
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+	for _, f := range result(t, run).Spec.Findings {
+		assert.NotEqual(t, securityv1.CodeSandboxNotOwned, f.Code, f.Message)
 	}
 }
 
