@@ -50,6 +50,9 @@ const (
 	CodeVeleroBackupNotComplete = "velero-backup-not-completed"
 	CodeChecksumNotRecorded     = "checksum-not-recorded"
 	CodeCleanupFailed           = "cleanup-failed"
+	// CodeCleanupDeferred: a run ended while Velero was still restoring into its sandboxes; they
+	// and the Restore are kept, confined, until the Restore ends, then swept (info).
+	CodeCleanupDeferred = "cleanup-deferred"
 	CodeFindingsTruncated       = "findings-truncated"
 	CodeChecksumMatch           = "checksum-match"
 
@@ -84,7 +87,7 @@ var codePriority = func() map[string]int {
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
 		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,
 		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded,
-		CodeCleanupFailed, CodeFindingsTruncated, CodeChecksumMatch, CodeRestoreSucceeded,
+		CodeCleanupFailed, CodeCleanupDeferred, CodeFindingsTruncated, CodeChecksumMatch, CodeRestoreSucceeded,
 	}
 	m := make(map[string]int, len(order))
 	for i, c := range order {

@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -412,6 +413,23 @@ func (s *Stack) StopVelero() {
 	if s.velero != nil {
 		s.velero.Stop(5 * time.Second)
 	}
+}
+
+// PauseVelero freezes the Velero server (SIGSTOP), as a stalled server would: whatever it is doing
+// (a restore in progress) stays in flight, without a step, until ResumeVelero.
+func (s *Stack) PauseVelero() error {
+	if s.velero == nil || s.velero.Exited() {
+		return errors.New("velerostack: the Velero server is not running")
+	}
+	return syscall.Kill(s.velero.Pid(), syscall.SIGSTOP)
+}
+
+// ResumeVelero lets a paused Velero server go on (SIGCONT).
+func (s *Stack) ResumeVelero() error {
+	if s.velero == nil || s.velero.Exited() {
+		return errors.New("velerostack: the Velero server is not running")
+	}
+	return syscall.Kill(s.velero.Pid(), syscall.SIGCONT)
 }
 
 // StartVelero starts the Velero server again after StopVelero, with the same flags, and returns

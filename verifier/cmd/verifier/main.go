@@ -147,7 +147,7 @@ func run(ctx context.Context, o options) error {
 	}
 	// Sandboxes no run will clean up (its run deleted mid-restore, or its cleanup failed).
 	if err := mgr.Add(&sandbox.Sweeper{Reader: mgr.GetAPIReader(), Runs: mgr.GetClient(), Client: mgr.GetClient(), Clock: clock.RealClock{},
-		Grace: sandbox.DefaultSweepGrace, Interval: sandbox.DefaultSweepInterval}); err != nil {
+		Grace: sandbox.DefaultSweepGrace, Interval: sandbox.DefaultSweepInterval, Hold: vc.RestoreHold}); err != nil {
 		return err
 	}
 	// The verifier also runs without Coffer (Velero backups and etcd snapshots only): verdicts,

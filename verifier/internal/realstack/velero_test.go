@@ -3,6 +3,7 @@ package realstack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -455,23 +457,91 @@ func TestCrashAfterCleanup(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err) || !sb.DeletionTimestamp.IsZero(), "the second sandbox is cleaned up too")
 }
 
+// TestTimeout: a full-restore whose deadline passes while Velero restores ends Failed (timeout),
+// and leaks nothing. Velero goes on restoring after its Restore is deleted and re-creates a deleted
+// sandbox from the backup's copy of the source namespace (no run label, no confinement, the
+// source's Secrets); so the sandbox and the Restore are kept, confined, until the Restore ended,
+// and the sweeper deletes them then. Velero is frozen mid-restore (SIGSTOP) while the deadline
+// passes, so the restore is in flight at the run's end whatever the machine's speed; at no moment
+// does a namespace of the sandbox's name exist without the run's label.
 func TestTimeout(t *testing.T) {
+	ctx := context.Background()
 	ns := uniq("to")
 	namespaceWithData(t, ns)
+	for i := range 60 { // enough items that Velero is caught mid-restore
+		require.NoError(t, cl.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bulk-%02d", i), Namespace: ns}}))
+	}
 	vb := veleroBackup(t, ns, true, ns)
+	sandbox := ns + "-bvsandbox"
 	h := newHarness(t)
-	run := veleroRun(t, "fr-timeout", vb.Name, securityv1.ModeFullRestore, ns+"-bvsandbox")
-	h.step(run) // the Restore is in flight
-	h.clock.Step(11 * time.Minute)
+	run := veleroRun(t, "fr-timeout", vb.Name, securityv1.ModeFullRestore, sandbox)
+
+	// Watch the sandbox's name for the whole test.
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	unlabelled := make(chan string, 1)
+	go func() {
+		_ = wait.PollUntilContextCancel(watchCtx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got := &corev1.Namespace{}
+			if err := cl.Get(ctx, client.ObjectKey{Name: sandbox}, got); err == nil && got.Labels[securityv1.LabelRunUID] != string(run.UID) {
+				unlabelled <- fmt.Sprintf("namespace %s (labels %v, deleting %v)", sandbox, got.Labels, !got.DeletionTimestamp.IsZero())
+				return true, nil
+			}
+			return false, nil
+		})
+	}()
+
+	h.step(run) // the sandbox and the Restore are made
+	restoreKey := client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RestoreName(run)}
+	vr := &velerov1.Restore{}
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, restoreKey, vr)
+		return err == nil && vr.Status.Phase == velerov1.RestorePhaseInProgress, client.IgnoreNotFound(err)
+	}), "Velero starts the restore")
+	require.NoError(t, stack.PauseVelero())
+	paused := true
+	defer func() {
+		if paused {
+			_ = stack.ResumeVelero()
+		}
+	}()
+
+	h.clock.Step(16 * time.Minute)
 	h.finish(run)
 	assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
-	assert.Contains(t, codes(result(t, run).Spec.Findings), securityv1.CodeTimeout)
+	found := codes(result(t, run).Spec.Findings)
+	assert.Contains(t, found, securityv1.CodeTimeout)
 	// A verification that did not happen says nothing about the backup: the run could not be
 	// carried out (BackupVerifyFailed, Anomaly), not a Mismatch.
 	assertVerifyFailed(t, run)
+	require.Contains(t, found, securityv1.CodeCleanupDeferred, "Velero was restoring at the deadline")
 	sb := &corev1.Namespace{}
-	err := cl.Get(context.Background(), client.ObjectKey{Name: ns + "-bvsandbox"}, sb)
-	assert.True(t, apierrors.IsNotFound(err) || !sb.DeletionTimestamp.IsZero(), "cleaned up after the timeout")
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: sandbox}, sb), "the sandbox is kept while Velero restores")
+	assert.True(t, sb.DeletionTimestamp.IsZero())
+	require.NoError(t, cl.Get(ctx, restoreKey, vr), "and its Restore")
+
+	sweeper := &bvsandbox.Sweeper{Reader: cl, Runs: cl, Client: cl, Clock: clocktesting.NewFakeClock(time.Now().Add(time.Hour)), Hold: h.velero().RestoreHold}
+	n, err := sweeper.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing is swept while the Restore runs")
+
+	require.NoError(t, stack.ResumeVelero())
+	paused = false
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if _, err := sweeper.Sweep(ctx); err != nil {
+			return false, err
+		}
+		err := cl.Get(ctx, client.ObjectKey{Name: sandbox}, sb)
+		return apierrors.IsNotFound(err) || err == nil && !sb.DeletionTimestamp.IsZero(), client.IgnoreNotFound(err)
+	}), "the sweeper deletes the sandbox once the Restore ended")
+	err = cl.Get(ctx, restoreKey, vr)
+	assert.True(t, apierrors.IsNotFound(err) || err == nil && !vr.DeletionTimestamp.IsZero(), "the Restore is deleted: %v", err)
+	stopWatching()
+	select {
+	case what := <-unlabelled:
+		t.Errorf("a sandbox without the run's label appeared: %s", what)
+	default:
+	}
 }
 
 func TestPreexistingSandboxIsRefused(t *testing.T) {

@@ -33,6 +33,9 @@ type Sweeper struct {
 	Clock  clock.PassiveClock
 	// Grace is the age a sandbox must reach before it is swept; Interval the time between sweeps.
 	Grace, Interval time.Duration
+	// Hold, if set, keeps the sandboxes of a run for as long as it answers true (a backend's
+	// restore into them still running, which would re-create a deleted sandbox).
+	Hold func(ctx context.Context, runUID types.UID) (bool, error)
 }
 
 // DefaultSweepGrace and DefaultSweepInterval are the sweeper's defaults.
@@ -76,12 +79,26 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	}
 	now := s.Clock.Now()
 	deleted := 0
+	held := map[types.UID]bool{}
 	for i := range nss.Items {
 		ns := &nss.Items[i]
 		uid := types.UID(ns.Labels[securityv1.LabelRunUID])
 		if !strings.HasSuffix(ns.Name, securityv1.SandboxSuffix) || !ns.DeletionTimestamp.IsZero() || live[uid] ||
 			now.Sub(ns.CreationTimestamp.Time) < s.Grace {
 			continue
+		}
+		if s.Hold != nil {
+			h, seen := held[uid]
+			if !seen {
+				var err error
+				if h, err = s.Hold(ctx, uid); err != nil {
+					return deleted, err
+				}
+				held[uid] = h
+			}
+			if h {
+				continue
+			}
 		}
 		if err := s.Client.Delete(ctx, ns, client.Preconditions{UID: &ns.UID}); err != nil {
 			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {

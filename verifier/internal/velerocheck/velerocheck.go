@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -687,6 +688,15 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 	vr := &velerov1.Restore{}
 	err := c.Reader.Get(ctx, key, vr)
 	if err == nil && vr.Labels[securityv1.LabelRunUID] == string(run.UID) {
+		if !restoreTerminal(vr.Status.Phase) {
+			// Velero does not stop a restore whose Restore is deleted: it goes on, and re-creates
+			// a deleted sandbox from the backup's copy of the source namespace for each item left
+			// (without the run's label, its Pod Security labels or its deny-all policy, with the
+			// source's Secrets). So while it restores, neither the Restore nor the sandboxes are
+			// deleted: they stay confined, and the Sweeper deletes them once it ended (RestoreHold).
+			return []securityv1.Finding{{Code: securityv1.CodeCleanupDeferred, Severity: securityv1.SeverityInfo, Object: "velero.io/Restore " + key.String(),
+				Message: fmt.Sprintf("Velero is still restoring (phase %q): the Restore and its sandboxes are kept, confined, and deleted once it ends", vr.Status.Phase)}}
+		}
 		err = c.Client.Delete(ctx, vr, client.Preconditions{UID: &vr.UID})
 	}
 	if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
@@ -701,4 +711,31 @@ var _ backend.Restorer = (*Checker)(nil)
 // Waiting names the Velero Restore a full-restore in progress waits for.
 func (c *Checker) Waiting(run *securityv1.BackupVerifyRun) string {
 	return "velero restore " + RestoreName(run)
+}
+
+// RestoreHold is the Sweeper's hold for the velero backend: the sandboxes of an ended or deleted
+// run are kept while a Velero Restore of that run (labelled with its UID) has not ended, since
+// Velero would re-create a deleted sandbox (Cleanup); Restores of the run that ended are deleted
+// (UID precondition), and then the sandboxes may go.
+func (c *Checker) RestoreHold(ctx context.Context, runUID types.UID) (bool, error) {
+	list := &velerov1.RestoreList{}
+	err := c.Reader.List(ctx, list, client.MatchingLabels{securityv1.LabelRunUID: string(runUID)})
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("listing the Velero Restores of run %s: %w", runUID, err)
+	}
+	hold := false
+	for i := range list.Items {
+		vr := &list.Items[i]
+		if !restoreTerminal(vr.Status.Phase) {
+			hold = true
+			continue
+		}
+		if err := c.Client.Delete(ctx, vr, client.Preconditions{UID: &vr.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return true, fmt.Errorf("deleting Velero Restore %s/%s of run %s: %w", vr.Namespace, vr.Name, runUID, err)
+		}
+	}
+	return hold, nil
 }

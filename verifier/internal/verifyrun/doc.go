@@ -30,6 +30,7 @@ package verifyrun
 // +kubebuilder:rbac:groups=security.ugallu.io,resources=securityevents,verbs=create
 // +kubebuilder:rbac:groups=velero.io,resources=backups;backupstoragelocations,verbs=get
 // +kubebuilder:rbac:groups=velero.io,resources=restores;downloadrequests,verbs=get;create;delete
+// +kubebuilder:rbac:groups=velero.io,resources=restores,verbs=list
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;create;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=create
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=coffer-verifier-sandbox
