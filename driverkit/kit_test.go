@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -623,10 +622,7 @@ func TestRestoreOptionsTypedByTheDriver(t *testing.T) {
 	b := f.readyBackup()
 	with := func(opts map[string]any) *backupsv1.RestoreJob {
 		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "restore-", Namespace: f.ns},
-			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}, Options: map[string]apiextensionsv1.JSON{}}}
-		for k, v := range opts {
-			rj.Spec.Options[k] = backupsv1.OptionValue(v)
-		}
+			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}, Options: backupsv1.Options(opts)}}
 		f.create(rj)
 		return rj
 	}

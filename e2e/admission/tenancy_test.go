@@ -165,7 +165,7 @@ func TestRestoreRBACNeedsTheRightToBind(t *testing.T) {
 		if rj.Spec.Options == nil {
 			rj.Spec.Options = backupsv1.StringOptions(map[string]string{})
 		}
-		rj.Spec.Options[backupsv1.OptionRestoreRBAC] = backupsv1.OptionValue(value)
+		rj.Spec.SetOption(backupsv1.OptionRestoreRBAC, value)
 		return rj
 	}
 

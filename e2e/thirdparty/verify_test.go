@@ -433,7 +433,8 @@ func assertVerifierRestoreJob(ctx context.Context, t *testing.T, cl client.Clien
 	assert.Equal(t, b.Namespace, rj.Namespace, "in the Backup's namespace")
 	assert.Equal(t, b.Name, rj.Spec.BackupRef.Name)
 	assert.Nil(t, rj.Spec.TargetApplicationRef)
-	assert.Equal(t, backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: sandbox, backupsv1.OptionInert: "true"}), rj.Spec.Options)
+	require.NotNil(t, rj.Spec.Options)
+	assert.JSONEq(t, `{"targetNamespace": "`+sandbox+`", "inert": "true"}`, string(rj.Spec.Options.Raw))
 	err := cl.Get(ctx, client.ObjectKeyFromObject(rj), &backupsv1.RestoreJob{})
 	assert.True(t, apierrors.IsNotFound(err), "RestoreJob %s is deleted after the run: %v", rj.Name, err)
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // RestoreJobPhase summarises the conditions of a RestoreJob.
@@ -50,9 +50,13 @@ type RestoreJobSpec struct {
 	// Bounded (MaxOptions by the CRD; keys, values and the standard options' types by the
 	// admission policy RestoreOptionsPolicy, as the API server exposes no untyped value to a
 	// CRD's CEL rules): every controller holds every RestoreJob in memory.
+	// The type is Cozystack's (runtime.RawExtension), so code written for its RestoreJobs reads
+	// Coffer's alike; StringOption, DecodeOptions and SetOption read and write it.
 	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
 	// +kubebuilder:validation:MaxProperties=32
-	Options map[string]apiextensionsv1.JSON `json:"options,omitempty"`
+	Options *runtime.RawExtension `json:"options,omitempty"`
 }
 
 // RestoreJobStatus is written by the driver that owns the Backup's strategy.
@@ -200,16 +204,32 @@ func (r *RestoreJob) TargetNamespace() string {
 	return r.Namespace
 }
 
+// optionMap is spec.options as raw JSON values by key (empty when unset).
+func (s *RestoreJobSpec) optionMap() (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	if s.Options == nil || len(s.Options.Raw) == 0 {
+		return m, nil
+	}
+	if err := json.Unmarshal(s.Options.Raw, &m); err != nil {
+		return nil, fmt.Errorf("spec.options is no JSON object: %w", err)
+	}
+	return m, nil
+}
+
 // StringOption returns the string option key of spec.options and whether it is set; an option
 // set to anything but a string is an error naming it.
 func (s *RestoreJobSpec) StringOption(key string) (string, bool, error) {
-	raw, set := s.Options[key]
+	m, err := s.optionMap()
+	if err != nil {
+		return "", false, err
+	}
+	raw, set := m[key]
 	if !set {
 		return "", false, nil
 	}
 	var v string
-	if err := json.Unmarshal(raw.Raw, &v); err != nil {
-		return "", true, fmt.Errorf("spec.options.%s is %.64s; it must be a string", key, raw.Raw)
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", true, fmt.Errorf("spec.options.%s is %.64s; it must be a string", key, raw)
 	}
 	return v, true, nil
 }
@@ -220,17 +240,33 @@ func (s *RestoreJobSpec) IsTrue(key string) bool {
 	return err == nil && v == "true"
 }
 
-// StringOptions makes spec.options of string values.
-func StringOptions(opts map[string]string) map[string]apiextensionsv1.JSON {
+// SetOption sets the option key of spec.options to v (a string, a boolean or a number).
+func (s *RestoreJobSpec) SetOption(key string, v any) {
+	m, err := s.optionMap()
+	if err != nil {
+		m = map[string]json.RawMessage{}
+	}
+	m[key], _ = json.Marshal(v)
+	raw, _ := json.Marshal(m)
+	s.Options = &runtime.RawExtension{Raw: raw}
+}
+
+// Options makes spec.options of the given values (strings, booleans or numbers).
+func Options(opts map[string]any) *runtime.RawExtension {
 	if opts == nil {
 		return nil
 	}
-	out := make(map[string]apiextensionsv1.JSON, len(opts))
-	for k, v := range opts {
-		raw, _ := json.Marshal(v)
-		out[k] = apiextensionsv1.JSON{Raw: raw}
+	raw, _ := json.Marshal(opts)
+	return &runtime.RawExtension{Raw: raw}
+}
+
+// StringOptions makes spec.options of string values.
+func StringOptions(opts map[string]string) *runtime.RawExtension {
+	if opts == nil {
+		return nil
 	}
-	return out
+	raw, _ := json.Marshal(opts)
+	return &runtime.RawExtension{Raw: raw}
 }
 
 // DecodeOptions decodes spec.options into into, a pointer to a struct whose json tags name the
@@ -239,12 +275,16 @@ func StringOptions(opts map[string]string) map[string]apiextensionsv1.JSON {
 // (ReasonInvalidOption). The standard options (targetNamespace, restoreRBAC, inert) are taken by
 // every driver and need no field.
 func (s *RestoreJobSpec) DecodeOptions(into any) error {
+	all, err := s.optionMap()
+	if err != nil {
+		return err
+	}
 	rest := map[string]json.RawMessage{}
-	for k, v := range s.Options {
+	for k, v := range all {
 		if k == OptionTargetNamespace || k == OptionRestoreRBAC || k == OptionInert {
 			continue
 		}
-		rest[k] = v.Raw
+		rest[k] = v
 	}
 	if len(rest) == 0 {
 		return nil
@@ -287,12 +327,6 @@ func optionNames(into any) []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// OptionValue is v as the value of an option (a string, a boolean or a number).
-func OptionValue(v any) apiextensionsv1.JSON {
-	raw, _ := json.Marshal(v)
-	return apiextensionsv1.JSON{Raw: raw}
 }
 
 func kindWord(k reflect.Kind) string {

@@ -6,7 +6,6 @@ package v1alpha1
 
 import (
 	"k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -802,10 +801,8 @@ func (in *RestoreJobSpec) DeepCopyInto(out *RestoreJobSpec) {
 	}
 	if in.Options != nil {
 		in, out := &in.Options, &out.Options
-		*out = make(map[string]apiextensionsv1.JSON, len(*in))
-		for key, val := range *in {
-			(*out)[key] = *val.DeepCopy()
-		}
+		*out = new(runtime.RawExtension)
+		(*in).DeepCopyInto(*out)
 	}
 }
 

@@ -52,9 +52,9 @@ const (
 	CodeCleanupFailed           = "cleanup-failed"
 	// CodeCleanupDeferred: a run ended while Velero was still restoring into its sandboxes; they
 	// and the Restore are kept, confined, until the Restore ends, then swept (info).
-	CodeCleanupDeferred = "cleanup-deferred"
-	CodeFindingsTruncated       = "findings-truncated"
-	CodeChecksumMatch           = "checksum-match"
+	CodeCleanupDeferred   = "cleanup-deferred"
+	CodeFindingsTruncated = "findings-truncated"
+	CodeChecksumMatch     = "checksum-match"
 
 	// Codes of the coffer backend (backups.cozystack.io Backups).
 

@@ -235,7 +235,8 @@ func TestRestore(t *testing.T) {
 	require.NoError(t, yaml.UnmarshalStrict(h.out.Bytes(), rj))
 	assert.Equal(t, "b1-restore-aaaaa", rj.Name)
 	assert.Equal(t, "b1", rj.Spec.BackupRef.Name)
-	assert.Equal(t, backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: "shop-copy"}), rj.Spec.Options)
+	require.NotNil(t, rj.Spec.Options)
+	assert.JSONEq(t, `{"targetNamespace": "shop-copy"}`, string(rj.Spec.Options.Raw))
 
 	err := h.run("restore", "pending", "-n", "shop")
 	assert.EqualError(t, err, "backup is not restorable: Backup shop/pending is Pending, not Ready with an artifact")

@@ -247,7 +247,7 @@ func TestVerifierConfinedToSandboxes(t *testing.T) {
 		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvr-probe-", Namespace: prod},
 			Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: "any"}, Options: backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: target})}}
 		if inert {
-			rj.Spec.Options[backupsv1.OptionInert] = backupsv1.OptionValue("true")
+			rj.Spec.SetOption(backupsv1.OptionInert, "true")
 		}
 		if labelled {
 			rj.Labels = map[string]string{securityv1.LabelRunUID: "0000-test"}
@@ -257,7 +257,7 @@ func TestVerifierConfinedToSandboxes(t *testing.T) {
 	refusedByPolicy(t, func() error { return sa.Create(ctx, restoreJob(prod, true, true)) }, "restore into a tenant's namespace")
 	refusedByPolicy(t, func() error {
 		rj := restoreJob(own, true, true)
-		delete(rj.Spec.Options, backupsv1.OptionTargetNamespace)
+		rj.Spec.Options = backupsv1.StringOptions(map[string]string{backupsv1.OptionInert: "true"})
 		return sa.Create(ctx, rj)
 	}, "restore in place")
 	refusedByPolicy(t, func() error { return sa.Create(ctx, restoreJob(own, false, true)) }, "restore into its sandbox, not inert")
