@@ -92,7 +92,10 @@ func (k *Kit[S]) reconcileBackup(ctx context.Context, req reconcile.Request) (re
 
 // DeletionStarted reports whether the driver's DeleteArtifact started deleting the artifact of b
 // in an earlier call (ArtifactDeletion=Unknown, DeletionInProgress): an artifact gone now was
-// deleted by it, not lost.
+// deleted by it, not lost. The condition says so only until an attempt fails: deletionFailing
+// overwrites it (ArtifactDeletion=False, DeletionFailing), whatever was started before. A driver
+// that must still know after a failed attempt that its deletion was started (driver-velero, whose
+// backend deletes the proof of its request once done) records that itself, apart from the status.
 func DeletionStarted(b *backupsv1.Backup) bool {
 	c := meta.FindStatusCondition(b.Status.Conditions, ConditionArtifactDeletion)
 	return c != nil && c.Reason == ReasonDeletionInProgress

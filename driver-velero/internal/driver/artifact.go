@@ -129,45 +129,7 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 		return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactNotOwned",
 			Message: fmt.Sprintf("This Backup is a restored copy; Velero backup %s belongs to the original Backup and is kept", key)}, nil
 	case gone && key.Name != "":
-		// Gone from the cluster: deleted by our request, or missing for a while (Velero re-syncs
-		// it from storage). Release only once storage is known not to hold it.
-		if b.ArtifactMissing() {
-			// Its absence was confirmed before the deletion (ArtifactAvailable=False).
-			return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactAlreadyGone",
-				Message: fmt.Sprintf("Velero backup %s was already gone (%s); nothing was deleted", key, meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable).Message)}, nil
-		}
-		dbr := &velerov1.DeleteBackupRequest{}
-		err := d.Client.Get(ctx, dbrKey, dbr)
-		if client.IgnoreNotFound(err) != nil {
-			return driverkit.DeleteOutcome{}, err
-		}
-		// Our own request (it names this Backup) is proof of who deleted it, whatever the
-		// Backup's conditions say since.
-		ours := err == nil && dbr.Annotations[names.AnnotationRun] == b.Namespace+"/"+b.Name
-		if ours && dbr.Status.Phase != velerov1.DeleteBackupRequestPhaseProcessed {
-			// Velero deletes the backup object before it marks the request Processed and
-			// deletes it: the request is finishing.
-			return driverkit.DeleteOutcome{RequeueAfter: deleteRequestPoll}, nil
-		}
-		if (driverkit.DeletionStarted(b) || ours) && (apierrors.IsNotFound(err) || dbr.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(dbr.Status.Errors) == 0) {
-			// Our request went through: Velero deletes the backup object only once its data are,
-			// and then its requests.
-			_ = client.IgnoreNotFound(d.Client.Delete(ctx, &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: dbrKey.Name, Namespace: dbrKey.Namespace}}))
-			return driverkit.DeleteOutcome{Done: true, Message: fmt.Sprintf("Velero backup %s and its data are deleted", key)}, nil
-		}
-		synced, err := d.absentFromStorage(ctx, b, key, *b.DeletionTimestamp)
-		if err != nil {
-			return driverkit.DeleteOutcome{}, err
-		}
-		if !synced.confirmed {
-			return driverkit.DeleteOutcome{}, driverkit.Failf(ReasonAbsenceUnconfirmed,
-				"Velero backup %s is not in the cluster and its deletion cannot be confirmed yet: %s", key, synced.why)
-		}
-		// Gone before this deletion could see it go (outside Coffer, or by a request of an
-		// earlier attempt that crashed before it was recorded): storage holds none, which is all
-		// that can be said.
-		return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactGone",
-			Message: fmt.Sprintf("Velero backup %s is gone and storage holds no such backup (%s); nothing is left to delete", key, synced.why)}, nil
+		return d.deletedOrGone(ctx, b, key, dbrKey)
 	case gone:
 		return driverkit.DeleteOutcome{Done: true, Message: "The Backup names no Velero backup; nothing to delete"}, nil
 	}
@@ -180,20 +142,130 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 				Annotations: map[string]string{names.AnnotationRun: b.Namespace + "/" + b.Name}},
 			Spec: velerov1.DeleteBackupRequestSpec{BackupName: key.Name},
 		}
-		if err := d.Client.Create(ctx, dbr); err != nil {
+		if err = d.Client.Create(ctx, dbr); apierrors.IsAlreadyExists(err) {
+			// The cache has yet to see the request an attempt a moment ago created: it is
+			// read from the API server, and looked after as found (not a failed attempt).
+			dbr = &velerov1.DeleteBackupRequest{}
+			err = d.plans().Get(ctx, dbrKey, dbr)
+		} else if err != nil {
 			return driverkit.DeleteOutcome{}, fmt.Errorf("creating DeleteBackupRequest %s: %w", dbrKey, err)
 		}
-		return driverkit.DeleteOutcome{}, nil // the Velero Backup's deletion wakes the Backup
 	}
 	if err != nil {
 		return driverkit.DeleteOutcome{}, err
 	}
 	if dbr.Status.Phase == velerov1.DeleteBackupRequestPhaseProcessed && len(dbr.Status.Errors) > 0 {
-		// Ask again with a fresh request, after the kit's backoff.
+		// Ask again with a fresh request, after the kit's backoff. The failed one proves nothing:
+		// its record goes first (were the Velero backup to vanish before the next request, that
+		// absence would be no deletion of ours).
+		if err := d.forgetDeleteRequest(ctx, b); err != nil {
+			return driverkit.DeleteOutcome{}, err
+		}
 		if err := client.IgnoreNotFound(d.Client.Delete(ctx, dbr)); err != nil {
 			return driverkit.DeleteOutcome{}, err
 		}
 		return driverkit.DeleteOutcome{}, driverkit.Failf(ReasonDeletionFailed, "Velero could not delete backup %s: %v", key, dbr.Status.Errors)
 	}
-	return driverkit.DeleteOutcome{}, nil
+	if ownDeleteRequest(b, dbr) {
+		if err := d.recordDeleteRequest(ctx, b, dbr); err != nil {
+			return driverkit.DeleteOutcome{}, err
+		}
+	}
+	return driverkit.DeleteOutcome{}, nil // the Velero Backup's deletion wakes the Backup
+}
+
+// deletedOrGone ends the deletion of a Backup whose Velero backup key is gone from the cluster:
+// deleted by our own request, or missing (deleted outside Coffer, or for a while: Velero re-syncs
+// it from storage).
+//
+// Velero deletes the data, then the backup object, then marks our request Processed and deletes
+// it: the request may be gone by the time we look. The proof that the deletion was ours is the
+// record of our request on the Backup (names.AnnotationDeleteRequest), written as soon as the
+// request is seen alive: metadata, which the kit's status writes never touch. (The condition read
+// here before, the kit's ArtifactDeletion=DeletionInProgress, is overwritten by any failed
+// attempt's DeletionFailing, which sent our own deletions to wait for a storage sync.) Velero
+// removes the backup object only when a deletion succeeded, and a request it failed loses its
+// record, so a recorded request no longer there makes the absence our own deletion. Any other
+// absence still waits for the storage location to sync after the deletion began. A decision made
+// on a stale cached Backup never lands: the kit releases with an optimistic lock.
+func (d *Driver) deletedOrGone(ctx context.Context, b *backupsv1.Backup, key, dbrKey client.ObjectKey) (driverkit.DeleteOutcome, error) {
+	if b.ArtifactMissing() {
+		// Its absence was confirmed before the deletion (ArtifactAvailable=False).
+		return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactAlreadyGone",
+			Message: fmt.Sprintf("Velero backup %s was already gone (%s); nothing was deleted", key, meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable).Message)}, nil
+	}
+	dbr := &velerov1.DeleteBackupRequest{}
+	err := d.Client.Get(ctx, dbrKey, dbr)
+	if client.IgnoreNotFound(err) != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	found := err == nil
+	ours := found && ownDeleteRequest(b, dbr)
+	deleted := driverkit.DeleteOutcome{Done: true, Message: fmt.Sprintf("Velero backup %s and its data are deleted", key)}
+	switch {
+	case ours && dbr.Status.Phase != velerov1.DeleteBackupRequestPhaseProcessed:
+		// Finishing: Velero has yet to mark it Processed.
+		if err := d.recordDeleteRequest(ctx, b, dbr); err != nil {
+			return driverkit.DeleteOutcome{}, err
+		}
+		return driverkit.DeleteOutcome{RequeueAfter: deleteRequestPoll}, nil
+	case ours && len(dbr.Status.Errors) == 0:
+		_ = client.IgnoreNotFound(d.Client.Delete(ctx, &velerov1.DeleteBackupRequest{ObjectMeta: metav1.ObjectMeta{Name: dbrKey.Name, Namespace: dbrKey.Namespace}}))
+		return deleted, nil
+	case ours:
+		// Failed, the backup gone by other means (Velero found no backup to delete).
+		if err := d.forgetDeleteRequest(ctx, b); err != nil {
+			return driverkit.DeleteOutcome{}, err
+		}
+	case !found && b.Annotations[names.AnnotationDeleteRequest] != "":
+		return deleted, nil
+	}
+	synced, err := d.absentFromStorage(ctx, b, key, *b.DeletionTimestamp)
+	if err != nil {
+		return driverkit.DeleteOutcome{}, err
+	}
+	if !synced.confirmed {
+		return driverkit.DeleteOutcome{}, driverkit.Failf(ReasonAbsenceUnconfirmed,
+			"Velero backup %s is not in the cluster and its deletion cannot be confirmed yet: %s", key, synced.why)
+	}
+	// Gone before this deletion could see it go (outside Coffer, or by a request of an earlier
+	// attempt that crashed before it was recorded): storage holds none, which is all that can be
+	// said.
+	return driverkit.DeleteOutcome{Done: true, Reason: "ArtifactGone",
+		Message: fmt.Sprintf("Velero backup %s is gone and storage holds no such backup (%s); nothing is left to delete", key, synced.why)}, nil
+}
+
+// ownDeleteRequest reports whether dbr is the driver's request for Backup b (it names b).
+func ownDeleteRequest(b *backupsv1.Backup, dbr *velerov1.DeleteBackupRequest) bool {
+	return dbr.Annotations[names.AnnotationRun] == b.Namespace+"/"+b.Name
+}
+
+// recordDeleteRequest records on b that the driver's request dbr exists (AnnotationDeleteRequest);
+// b is updated in place, so the kit's writes after this one start from it.
+func (d *Driver) recordDeleteRequest(ctx context.Context, b *backupsv1.Backup, dbr *velerov1.DeleteBackupRequest) error {
+	if b.Annotations[names.AnnotationDeleteRequest] == string(dbr.UID) {
+		return nil
+	}
+	orig := b.DeepCopy()
+	if b.Annotations == nil {
+		b.Annotations = map[string]string{}
+	}
+	b.Annotations[names.AnnotationDeleteRequest] = string(dbr.UID)
+	if err := d.Client.Patch(ctx, b, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("recording DeleteBackupRequest %s on Backup %s: %w", client.ObjectKeyFromObject(dbr), b.Name, err)
+	}
+	return nil
+}
+
+// forgetDeleteRequest removes the record of a request Velero failed.
+func (d *Driver) forgetDeleteRequest(ctx context.Context, b *backupsv1.Backup) error {
+	if _, ok := b.Annotations[names.AnnotationDeleteRequest]; !ok {
+		return nil
+	}
+	orig := b.DeepCopy()
+	delete(b.Annotations, names.AnnotationDeleteRequest)
+	if err := d.Client.Patch(ctx, b, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("removing the record of a failed DeleteBackupRequest from Backup %s: %w", b.Name, err)
+	}
+	return nil
 }

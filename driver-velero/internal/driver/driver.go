@@ -11,8 +11,9 @@ package driver
 // releases their finalizer with a merge patch, and emits events through events.k8s.io. It reads
 // applications uncached (unstructured), so get is all it needs there. The driver reads the Plan of
 // a BackupJob uncached, once per run, to compare its retention with the Velero backup's ttl
-// (checkTTL), so get is all it needs there too. Every verb is listed with the code that calls it
-// in docs/security.md, which a test keeps equal to deploy/.
+// (checkTTL), so get is all it needs there too. Deleting a Backup, the driver records on it the
+// DeleteBackupRequest it made (an annotation, by merge patch: patch on backups). Every verb is
+// listed with the code that calls it in docs/security.md, which a test keeps equal to deploy/.
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans,verbs=get
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=patch
@@ -66,7 +67,8 @@ type Kit = driverkit.Kit[Strategy]
 // Driver implements driverkit.Driver for VeleroBackupStrategies.
 type Driver struct {
 	Client client.Client
-	// Live reads uncached: the Plan of a run (checkTTL). Nil means Client.
+	// Live reads uncached: the Plan of a run (checkTTL), a Velero backup whose absence is
+	// confirmed, a DeleteBackupRequest the cache has yet to see. Nil means Client.
 	Live     client.Reader
 	Recorder events.EventRecorder
 	// HTTP downloads backup tarballs from the object store (presigned URLs).

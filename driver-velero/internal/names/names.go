@@ -19,6 +19,12 @@ const Finalizer = "velerodriver.backups.cozystack.io/artifact"
 // are bounded to 63 characters; this is exact).
 const AnnotationRun = "velerodriver.backups.cozystack.io/run"
 
+// AnnotationDeleteRequest on a Coffer Backup being deleted holds the UID of the Velero
+// DeleteBackupRequest the driver made for it, written as soon as the request is seen to exist and
+// removed when Velero fails it: the driver's own record, in metadata no status write touches, that
+// it asked Velero to delete the backup.
+const AnnotationDeleteRequest = "velerodriver.backups.cozystack.io/delete-request"
+
 // Driver metadata keys the driver writes on a Coffer Backup.
 const (
 	MetaBackupName      = velerodriverv1.MetaBackupName

@@ -291,6 +291,9 @@ func TestBackupDeleteRestore(t *testing.T) {
 		assert.True(t, apierrors.IsNotFound(err), "the Velero Backup is gone: %v", err)
 		_, err = stack.S3.StatObject(ctx, velerostack.Bucket, velerostack.ObjectKey(vbName), minio.StatObjectOptions{})
 		assert.Equal(t, "NoSuchKey", minio.ToErrorResponse(err).Code, "the tarball is gone from the bucket")
+		// Released on its own request's completion, not after waiting for storage to sync.
+		assert.True(t, emitted("ArtifactDeleted", vbName+" and its data are deleted"),
+			"the release says the driver deleted it; the driver said:\n%s", strings.Join(eventsAbout(vbName), "\n"))
 	})
 }
 

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,7 +101,10 @@ func run(m *testing.M) int {
 	}
 	rec := events.NewFakeRecorder(1000)
 	go func() {
-		for range rec.Events { // drain
+		for e := range rec.Events {
+			managerEvents.Lock()
+			managerEvents.seen = append(managerEvents.seen, e)
+			managerEvents.Unlock()
 		}
 	}()
 	if err := newKit(mgr.GetClient(), rec).SetupWithManager(mgr); err != nil {
@@ -117,6 +122,29 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "velero server log (tail):\n"+stack.VeleroLog())
 	}
 	return code
+}
+
+// managerEvents are the events the running manager's driver emitted ("<type> <reason> <message>").
+var managerEvents struct {
+	sync.Mutex
+	seen []string
+}
+
+// emitted reports whether the running manager's driver emitted an event with reason whose message
+// contains what.
+func emitted(reason, what string) bool { return has(eventsAbout(what), reason, what) }
+
+// eventsAbout are the events of the running manager's driver whose message contains what.
+func eventsAbout(what string) []string {
+	managerEvents.Lock()
+	defer managerEvents.Unlock()
+	var out []string
+	for _, e := range managerEvents.seen {
+		if strings.Contains(e, what) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // newKit is the driver on client c, as a restarted process would run it.
