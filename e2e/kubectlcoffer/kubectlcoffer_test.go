@@ -159,7 +159,8 @@ func TestKubectlCoffer(t *testing.T) {
 	run := &securityv1.BackupVerifyRun{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "ugallu-system", Name: m[1]}, run))
 	assert.Equal(t, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero, Mode: securityv1.ModeChecksumOnly,
-		BackupRef: securityv1.BackupRef{Name: veleroBackup, Namespace: velerostack.Namespace}}, run.Spec)
+		BackupRef: securityv1.BackupRef{Name: veleroBackup, Namespace: velerostack.Namespace},
+		Timeout:   &metav1.Duration{Duration: 15 * time.Minute}}, run.Spec, "the timeout is the CRD's default, as ugallu's")
 	out, _, err = p.run(ctx, "verify", backup.Name, "-n", ns, "--full", "-o", "yaml")
 	require.NoError(t, err, "admitted by the sandbox policy")
 	full := &securityv1.BackupVerifyRun{}

@@ -82,7 +82,7 @@ func TestWritesAreValidUgalluObjects(t *testing.T) {
 	assert.Equal(t, "15m0s", run.Spec.Timeout.Duration.String(), "the CRD defaults the timeout as ugallu's does")
 	urun := asUgallu(t, l.ctx, uc, typed(run, "BackupVerifyRun"))
 	name, _, _ := unstructured.NestedString(urun.Object, "status", "resultRef", "name")
-	assert.Equal(t, run.Name, name, "{.status.resultRef.name}")
+	assert.Equal(t, run.Name+"-result", name, "{.status.resultRef.name}, named as ugallu names it")
 	phase, _, _ := unstructured.NestedString(urun.Object, "status", "phase")
 	assert.Equal(t, "Succeeded", phase)
 

@@ -157,8 +157,8 @@ func (f *verdictFixture) run(name string, m securityv1.Mode) *securityv1.BackupV
 	}
 }
 
-// record calls recordVerdict as run's finish does at time at, with the run's Result (named after
-// the run).
+// record calls recordVerdict as run's finish does at time at, with the run's Result (named
+// "<run>-result").
 func (f *verdictFixture) record(r *Reconciler, run *securityv1.BackupVerifyRun, at time.Time, eventType, msg string) error {
 	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)}}
 	return recordVerdict(f.ctx, r.Client, run, res, eventType, msg, metav1.NewTime(at))
@@ -193,8 +193,8 @@ func assertVerdict(t *testing.T, want, got *backupsv1.VerificationVerdict) {
 
 func TestRecordVerdict(t *testing.T) {
 	f := newVerdictFixture(t)
-	ref := func(name string) *backupsv1.VerificationResultRef {
-		return &backupsv1.VerificationResultRef{Namespace: f.b.Namespace, Name: name}
+	ref := func(run string) *backupsv1.VerificationResultRef {
+		return &backupsv1.VerificationResultRef{Namespace: f.b.Namespace, Name: securityv1.ResultName(run)}
 	}
 	t1, t2, t3, t4 := v0, v0.Add(time.Minute), v0.Add(2*time.Minute), v0.Add(3*time.Minute)
 
