@@ -476,14 +476,16 @@ func TestTimeout(t *testing.T) {
 	h := newHarness(t)
 	run := veleroRun(t, "fr-timeout", vb.Name, securityv1.ModeFullRestore, sandbox)
 
-	// Watch the sandbox's name for the whole test.
+	// Watch the sandbox's name for the whole test (the run's UID read once: the run is re-read by
+	// every step).
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
 	unlabelled := make(chan string, 1)
+	runUID := string(run.UID)
 	go func() {
 		_ = wait.PollUntilContextCancel(watchCtx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			got := &corev1.Namespace{}
-			if err := cl.Get(ctx, client.ObjectKey{Name: sandbox}, got); err == nil && got.Labels[securityv1.LabelRunUID] != string(run.UID) {
+			if err := cl.Get(ctx, client.ObjectKey{Name: sandbox}, got); err == nil && got.Labels[securityv1.LabelRunUID] != runUID {
 				unlabelled <- fmt.Sprintf("namespace %s (labels %v, deleting %v)", sandbox, got.Labels, !got.DeletionTimestamp.IsZero())
 				return true, nil
 			}
