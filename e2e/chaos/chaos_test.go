@@ -1183,10 +1183,10 @@ func (ch *chaos) checkVerdicts(st *policyState, passed map[string]bool) {
 			case !passed[run.Name]:
 				allPassed = false // reported by checkPolicyRuns
 			case got == nil || got.Result != backupsv1.VerificationPassed || got.ResultRef == nil ||
-				got.ResultRef.Namespace != run.Namespace || got.ResultRef.Name != run.Name:
+				got.ResultRef.Namespace != run.Namespace || got.ResultRef.Name != securityv1.ResultName(run.Name):
 				allPassed = false
 				t.Errorf("Backup %s: its %s run %s/%s passed, but its verification is %s (want %s Passed with resultRef %s/%s)",
-					b.Name, m, run.Namespace, run.Name, verdicts(v), m, run.Namespace, run.Name)
+					b.Name, m, run.Namespace, run.Name, verdicts(v), m, run.Namespace, securityv1.ResultName(run.Name))
 			}
 		}
 		if !allPassed {
