@@ -99,6 +99,15 @@ type BackupVerifyResultSpec struct {
 	// +optional
 	ObjectsRestored int32 `json:"objectsRestored,omitempty"`
 
+	// checksumBasis says what the computed checksum was compared with: Recorded (the checksum
+	// recorded when the backup was taken), FirstVerification (the checksum the verifier computed at
+	// its first verification of this backup, trusted on first use because nothing was recorded), or
+	// None (nothing to compare with: this run's checksum is now the one later runs compare with).
+	// Unset when the backend compares no checksum (a full-restore, an etcd snapshot without a
+	// sidecar).
+	// +optional
+	ChecksumBasis ChecksumBasis `json:"checksumBasis,omitempty"`
+
 	// details are backend facts recorded by the run, e.g. an etcd snapshot's revision, totalKeys,
 	// totalSizeBytes and hash.
 	// +optional
@@ -124,6 +133,21 @@ type BackupVerifyResultSpec struct {
 	// +kubebuilder:validation:MaxItems=1000
 	Findings []Finding `json:"findings,omitempty"`
 }
+
+// ChecksumBasis is what a run's computed checksum was compared with.
+// +kubebuilder:validation:Enum=Recorded;FirstVerification;None
+type ChecksumBasis string
+
+const (
+	// ChecksumRecorded: compared with the checksum recorded when the backup was taken.
+	ChecksumRecorded ChecksumBasis = "Recorded"
+	// ChecksumFirstVerification: nothing was recorded when the backup was taken; compared with the
+	// checksum the verifier computed at its first verification of the backup (trust on first use).
+	ChecksumFirstVerification ChecksumBasis = "FirstVerification"
+	// ChecksumNone: nothing to compare with. The run proves only that the backup could be read;
+	// its checksum is kept for later runs to compare with.
+	ChecksumNone ChecksumBasis = "None"
+)
 
 // RunUID is the UID of the run the Result belongs to, or "" when the Result does not say.
 func (s *BackupVerifyResultSpec) RunUID() types.UID {

@@ -13,6 +13,9 @@ const (
 	LabelBackupUID = Group + "/backup-uid"
 	// LabelPlan on a policy's run names the Plan of the Backup it verifies.
 	LabelPlan = Group + "/plan"
+	// LabelChecksumTrust marks the ConfigMaps, in the verifier's own namespace, that hold the
+	// checksum first computed for a Velero backup nothing was recorded for (trust on first use).
+	LabelChecksumTrust = Group + "/checksum-trust"
 )
 
 // CodeContentMismatch: a full-restore found an object in its sandbox whose content differs from

@@ -32,7 +32,8 @@ const (
 	ClassForensic EventClass = "Forensic"
 	// ClassCompliance records a control carried out: a verification started or passed.
 	ClassCompliance EventClass = "Compliance"
-	// ClassAudit records that something happened, with no verdict (not emitted by the verifier).
+	// ClassAudit records that something happened, with no verdict: a verification that had
+	// nothing to compare its checksum with.
 	ClassAudit EventClass = "Audit"
 )
 
@@ -55,6 +56,15 @@ func EventClassOf(eventType string) EventClass {
 	default:
 		return ClassCompliance
 	}
+}
+
+// EventClassFor is EventClassOf, except that a BackupVerifyCompleted run that compared its
+// checksum with nothing (basis None) is an Audit: it happened, and it proves no compliance.
+func EventClassFor(eventType string, basis ChecksumBasis) EventClass {
+	if eventType == EventBackupVerifyCompleted && basis == ChecksumNone {
+		return ClassAudit
+	}
+	return EventClassOf(eventType)
 }
 
 // SubjectKind is the kind of object a SecurityEvent is about.

@@ -49,7 +49,11 @@ const (
 	CodeStorageUnavailable      = "storage-location-unavailable"
 	CodeVeleroBackupNotComplete = "velero-backup-not-completed"
 	CodeChecksumNotRecorded     = "checksum-not-recorded"
-	CodeCleanupFailed           = "cleanup-failed"
+	// CodeChecksumFirstUse: nothing was recorded when a backup was taken and no earlier
+	// verification computed its checksum; this run's is kept, and later runs compare with it
+	// (trust on first use; low).
+	CodeChecksumFirstUse = "checksum-trusted-on-first-use"
+	CodeCleanupFailed    = "cleanup-failed"
 	// CodeCleanupDeferred: a run ended while Velero was still restoring into its sandboxes; they
 	// and the Restore are kept, confined, until the Restore ends, then swept (info).
 	CodeCleanupDeferred   = "cleanup-deferred"
@@ -86,7 +90,7 @@ var codePriority = func() map[string]int {
 		CodeBackupNotFound, CodeBackupNotReady,
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
 		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,
-		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded,
+		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded, CodeChecksumFirstUse,
 		CodeCleanupFailed, CodeCleanupDeferred, CodeFindingsTruncated, CodeChecksumMatch, CodeRestoreSucceeded,
 	}
 	m := make(map[string]int, len(order))

@@ -65,6 +65,12 @@ func TestEventClassOf(t *testing.T) {
 	assert.Equal(t, ClassCompliance, EventClassOf(EventBackupVerifyCompleted))
 	assert.Equal(t, ClassDetection, EventClassOf(EventBackupVerifyMismatch))
 	assert.Equal(t, ClassAnomaly, EventClassOf(EventBackupVerifyFailed))
+	assert.Equal(t, ClassAudit, EventClassFor(EventBackupVerifyCompleted, ChecksumNone), "compared nothing: no compliance")
+	assert.Equal(t, ClassCompliance, EventClassFor(EventBackupVerifyCompleted, ChecksumFirstVerification))
+	assert.Equal(t, ClassCompliance, EventClassFor(EventBackupVerifyCompleted, ChecksumRecorded))
+	assert.Equal(t, ClassCompliance, EventClassFor(EventBackupVerifyCompleted, ""), "no checksum compared (a full-restore)")
+	assert.Equal(t, ClassDetection, EventClassFor(EventBackupVerifyMismatch, ChecksumNone))
+	assert.Equal(t, ClassAnomaly, EventClassFor(EventBackupVerifyFailed, ChecksumNone))
 }
 
 func TestRunPhaseTerminal(t *testing.T) {

@@ -48,6 +48,7 @@ type options struct {
 	downloadTimeout, runTTL             time.Duration
 	serviceAccount                      string
 	s3Endpoint, s3Region, s3CAFile      string
+	trustNamespace                      string
 }
 
 func main() {
@@ -69,6 +70,8 @@ func main() {
 		"S3 endpoint (http(s)://host[:port]) that checksum-only reads the s3:// artifacts of Coffer Backups from, with the read-only credentials of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; empty means such artifacts cannot be verified checksum-only (Velero-made Backups are read through Velero).")
 	flag.StringVar(&o.s3Region, "s3-region", "", "Region of --s3-endpoint; empty lets the client ask the server.")
 	flag.StringVar(&o.s3CAFile, "s3-ca-file", "", "PEM CA bundle trusted for --s3-endpoint besides the system's roots.")
+	flag.StringVar(&o.trustNamespace, "checksum-trust-namespace", "",
+		"Namespace (the verifier's own) of the ConfigMaps that keep the first checksum of each Velero backup nothing recorded one for; later checksum-only runs compare with it (trust on first use). Empty: such backups are checksum-not-recorded every time.")
 	flag.DurationVar(&o.runTTL, "run-ttl", policy.DefaultRunTTL, "How long an ended BackupVerifyRun is kept, with its Result and SecurityEvents; 0 keeps them forever.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -117,6 +120,17 @@ func run(ctx context.Context, o options) error {
 	// Every backend that restores makes its sandboxes through this one Maker.
 	sb := &sandbox.Maker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: sa}
 	vc := &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, Sandbox: sb}
+	if o.trustNamespace != "" {
+		vc.Trust = &velerocheck.TrustStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: o.trustNamespace}
+		// A record outlives its backup by the run TTL at least (a month by default).
+		ttl := o.runTTL
+		if ttl <= 0 {
+			ttl = policy.DefaultRunTTL
+		}
+		if err := mgr.Add(&velerocheck.TrustPruner{Store: vc.Trust, Clock: clock.RealClock{}, TTL: ttl}); err != nil {
+			return err
+		}
+	}
 	// The coffer backend reads driver-velero's artifacts through Velero, any other driver's s3://
 	// artifacts from --s3-endpoint.
 	artifacts := artifact.Registry{ByDriver: map[string]artifact.Reader{velerodriverv1.Group: &velerocheck.ArtifactReader{Checker: vc}}}

@@ -51,10 +51,12 @@ type Outcome struct {
 	Done             bool
 	RecordedChecksum string
 	ComputedChecksum string
-	SizeBytes        int64
-	ObjectsExpected  int32
-	ObjectsRestored  int32
-	Details          map[string]string
+	// ChecksumBasis says what ComputedChecksum was compared with (unset: no checksum compared).
+	ChecksumBasis   securityv1.ChecksumBasis
+	SizeBytes       int64
+	ObjectsExpected int32
+	ObjectsRestored int32
+	Details         map[string]string
 }
 
 // Add records a finding.

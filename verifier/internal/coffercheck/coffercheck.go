@@ -130,8 +130,10 @@ func compare(out backend.Outcome, b *backupsv1.Backup, d download.Digest, missin
 		ok = false
 		add(securityv1.CodeSizeMismatch, securityv1.SeverityCritical, fmt.Sprintf("the stored artifact %s holds %d bytes, but the Backup records %d", art.URI, d.SizeBytes, art.SizeBytes))
 	}
+	out.ChecksumBasis = securityv1.ChecksumRecorded
 	switch {
 	case art.Checksum == "":
+		out.ChecksumBasis = securityv1.ChecksumNone
 		add(securityv1.CodeChecksumNotRecorded, securityv1.SeverityMedium, fmt.Sprintf("the Backup records no checksum; computed %s over %d bytes", out.ComputedChecksum, d.SizeBytes))
 		ok = false
 	case art.Checksum != out.ComputedChecksum:

@@ -25,7 +25,7 @@ var _ backend.Backend = (*Backend)(nil)
 // final, without a verdict.
 func (b *Backend) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
 	rep, err := Verify(ctx, b.Dir, run.Spec.BackupRef.Name)
-	out := backend.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, SizeBytes: rep.SizeBytes, Details: rep.Details}
+	out := backend.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, ChecksumBasis: rep.Basis, SizeBytes: rep.SizeBytes, Details: rep.Details}
 	switch {
 	case err == nil, ctx.Err() != nil, errors.Is(err, ErrCheckNotStarted):
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrRefInvalid):

@@ -28,6 +28,9 @@ type Report struct {
 	// SHA256 of the whole file, "sha256:<hex>", when it could be read.
 	Checksum  string
 	SizeBytes int64
+	// Basis: Recorded when the SHA-256 etcd appended or a .sha256 sidecar was compared, None when
+	// the file carries neither.
+	Basis securityv1.ChecksumBasis
 }
 
 func (r *Report) add(code string, sev securityv1.Severity, msg string) {
@@ -116,7 +119,8 @@ func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 	default:
 		r.Details["appendedSHA256"] = appended.want
 	}
-	if want, found, err := sidecar(path); errors.Is(err, errNoDigest) {
+	want, found, err := sidecar(path)
+	if errors.Is(err, errNoDigest) {
 		r.add(securityv1.CodeChecksumMismatch, securityv1.SeverityHigh, fmt.Sprintf("%s.sha256: %v", ref, err))
 	} else if err != nil {
 		return r, unreadable(ref+".sha256", err)
@@ -127,6 +131,10 @@ func Verify(ctx context.Context, dir, ref string) (*Report, error) {
 		} else {
 			r.Details["sidecarSHA256"] = want
 		}
+	}
+	r.Basis = securityv1.ChecksumNone
+	if appended != nil || found {
+		r.Basis = securityv1.ChecksumRecorded
 	}
 	content := st.Size()
 	if appended != nil {

@@ -250,7 +250,7 @@ func timedOut(s *scope, out backend.Outcome, lastErr error) backend.Outcome {
 // it stopped, and why.
 func failed(out backend.Outcome, why string) backend.Outcome {
 	done := backend.Outcome{Done: true, Findings: out.Findings, RecordedChecksum: out.RecordedChecksum, ComputedChecksum: out.ComputedChecksum,
-		SizeBytes: out.SizeBytes, Details: map[string]string{}}
+		ChecksumBasis: out.ChecksumBasis, SizeBytes: out.SizeBytes, Details: map[string]string{}}
 	for k, v := range out.Details {
 		done.Details[k] = v
 	}
@@ -341,6 +341,7 @@ func (r *Reconciler) writeResult(ctx context.Context, s *scope, out backend.Outc
 			RunRef:  &securityv1.RunReference{Name: run.Name, UID: run.UID},
 			Backend: run.Spec.Backend, BackupRef: run.Spec.BackupRef.DeepCopy(), Mode: mode(run),
 			RecordedChecksum: out.RecordedChecksum, ComputedChecksum: out.ComputedChecksum, SizeBytes: out.SizeBytes,
+			ChecksumBasis:   out.ChecksumBasis,
 			ObjectsExpected: out.ObjectsExpected, ObjectsRestored: out.ObjectsRestored,
 			// ugallu's fields, for its consumers.
 			DerivedFromRun:      &securityv1.DerivedFromRun{Name: run.Name},
@@ -405,6 +406,9 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.Backu
 		signals["findings.first.code"] = res.Spec.Findings[0].Code
 		signals["findings.top.code"] = top.Code
 		signals["findings.worstSeverity"] = string(worst)
+	}
+	if res.Spec.ChecksumBasis != "" {
+		signals[SignalChecksumBasis] = string(res.Spec.ChecksumBasis)
 	}
 	// The event first: once the phase is terminal the run is never reconciled again. The verdict
 	// on the Backup follows the terminal status (VerdictReconciler).
@@ -509,6 +513,10 @@ func EventName(run *securityv1.BackupVerifyRun, eventType string) string {
 // Without a SecurityEvent CRD in the cluster (neither ugallu's nor deploy/verifier/securityevents)
 // the run goes on: it is verified and ends as usual, and a Warning Event on the run says that no
 // SecurityEvent could be emitted.
+// SignalChecksumBasis is the terminal event's signal that says what the checksum was compared with
+// (the Result's checksumBasis); a run that compared it with nothing is an Audit, not Compliance.
+const SignalChecksumBasis = "checksum.basis"
+
 func (r *Reconciler) emit(ctx context.Context, run *securityv1.BackupVerifyRun, eventType string, sev securityv1.Severity, msg string, extra map[string]string) error {
 	signals := map[string]string{
 		"run.namespace": run.Namespace, "run.name": run.Name, "run.uid": string(run.UID),
@@ -529,7 +537,7 @@ func (r *Reconciler) emit(ctx context.Context, run *securityv1.BackupVerifyRun, 
 			Labels: map[string]string{securityv1.LabelRunUID: string(run.UID), LabelCorrelationID: string(run.UID),
 				"app.kubernetes.io/managed-by": Source}},
 		Spec: securityv1.SecurityEventSpec{
-			Class: securityv1.EventClassOf(eventType), Type: eventType, Severity: sev,
+			Class: securityv1.EventClassFor(eventType, securityv1.ChecksumBasis(signals[SignalChecksumBasis])), Type: eventType, Severity: sev,
 			ClusterIdentity: securityv1.ClusterIdentity{ClusterID: r.ClusterID, ClusterName: r.ClusterName},
 			Source:          securityv1.SourceRef{APIVersion: securityv1.GroupVersion.String(), Kind: Source, Name: Source, Version: r.Version, Instance: Instance},
 			Subject: securityv1.EventSubject{Kind: securityv1.SubjectKindCluster, Name: "cluster", Namespace: run.Namespace,
