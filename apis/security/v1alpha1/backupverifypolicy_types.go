@@ -4,23 +4,55 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// BackupVerifyPolicySpec says which Backups the verifier verifies on its own, and how.
+// BackupVerifyPolicySpec says which backups the verifier verifies on its own, and how.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || self.backend == 'coffer' || (!has(self.namespaceSelector) && !has(self.planSelector))",message="namespaceSelector and planSelector select Coffer Plans: only for backend coffer"
+// +kubebuilder:validation:XValidation:rule="has(self.backend) && self.backend == 'velero' || !has(self.velero)",message="velero is only for backend velero"
+// +kubebuilder:validation:XValidation:rule="has(self.backend) && self.backend == 'etcd-snapshot' || !has(self.etcdSnapshots)",message="etcdSnapshots is only for backend etcd-snapshot"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || self.backend != 'etcd-snapshot' || !has(self.fullRestore)",message="etcd snapshots are verified checksum-only: fullRestore is not supported"
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || self.backend == 'coffer' || has(self.runNamespace)",message="runNamespace is required for backends velero and etcd-snapshot"
 type BackupVerifyPolicySpec struct {
+	// backend is what the policy verifies: coffer (default: the Backups of the Plans it selects),
+	// velero (Velero's own backups, e.g. those of a Velero Schedule, in velero's namespace) or
+	// etcd-snapshot (the snapshots saved into the verifier's --etcd-snapshot-dir).
+	// +optional
+	// +kubebuilder:default=coffer
+	Backend Backend `json:"backend,omitempty"`
+
 	// namespaceSelector selects the namespaces whose Plans the policy covers; unset means all.
+	// Backend coffer only.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
-	// planSelector selects the Plans the policy covers by their labels; unset means all.
+	// planSelector selects the Plans the policy covers by their labels; unset means all. Backend
+	// coffer only.
 	// +optional
 	PlanSelector *metav1.LabelSelector `json:"planSelector,omitempty"`
 
-	// checksumOnly verifies every new Ready Backup of a covered Plan checksum-only. Default true.
+	// velero selects the Velero backups of a backend velero policy.
+	// +optional
+	Velero *VeleroBackupSource `json:"velero,omitempty"`
+
+	// etcdSnapshots selects the snapshot files of a backend etcd-snapshot policy.
+	// +optional
+	EtcdSnapshots *EtcdSnapshotSource `json:"etcdSnapshots,omitempty"`
+
+	// runNamespace is where the runs of a velero or etcd-snapshot policy are made (and their
+	// Results); the runs of a coffer policy are made in each Backup's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	RunNamespace string `json:"runNamespace,omitempty"`
+
+	// checksumOnly verifies every new backup checksum-only (a coffer Backup once Ready, a Velero
+	// backup once Completed, a snapshot once its file has settled). Default true.
 	// +optional
 	// +kubebuilder:default=true
 	ChecksumOnly *bool `json:"checksumOnly,omitempty"`
 
-	// fullRestore restores every Nth new Backup of each covered Plan into a sandbox; unset means
-	// never.
+	// fullRestore restores every Nth new Backup of each covered Plan (backend velero: of each
+	// Velero Schedule, by its label velero.io/schedule-name; backups of no schedule count as one)
+	// into a sandbox; unset means never.
 	// +optional
 	FullRestore *FullRestorePolicy `json:"fullRestore,omitempty"`
 
@@ -36,6 +68,39 @@ type BackupVerifyPolicySpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	RunTimeout *metav1.Duration `json:"runTimeout,omitempty"`
+}
+
+// VeleroBackupSource selects Velero backups.
+type VeleroBackupSource struct {
+	// namespace is Velero's namespace, where its Backups are. Default velero.
+	// +optional
+	// +kubebuilder:default=velero
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+
+	// backupSelector selects the Velero Backups by their labels, e.g. velero.io/schedule-name for
+	// the backups of one Schedule; unset means all.
+	// +optional
+	BackupSelector *metav1.LabelSelector `json:"backupSelector,omitempty"`
+}
+
+// EtcdSnapshotSource selects etcd snapshot files.
+type EtcdSnapshotSource struct {
+	// pattern selects files of the snapshot directory by name (shell pattern, Go's path.Match;
+	// no directories). Default "*". Sidecars (*.sha256) and files being written (*.part, *.tmp)
+	// are never runs of their own.
+	// +optional
+	// +kubebuilder:default="*"
+	// +kubebuilder:validation:MaxLength=253
+	Pattern string `json:"pattern,omitempty"`
+
+	// settle is how long a snapshot file must be left unchanged before it is verified, so that a
+	// snapshot still being written is not taken for a truncated one. Default 2m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Settle *metav1.Duration `json:"settle,omitempty"`
 }
 
 // FullRestorePolicy is how often a policy proves its Backups restorable.
@@ -58,6 +123,11 @@ type BackupVerifyPolicyStatus struct {
 	// +optional
 	Plans int32 `json:"plans,omitempty"`
 
+	// backups counts the backups a velero or etcd-snapshot policy covers (Velero backups, or
+	// snapshot files).
+	// +optional
+	Backups int32 `json:"backups,omitempty"`
+
 	// activeRuns counts the policy's runs that are not terminal.
 	// +optional
 	ActiveRuns int32 `json:"activeRuns,omitempty"`
@@ -74,16 +144,19 @@ type BackupVerifyPolicyStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// BackupVerifyPolicy makes the verifier verify the Backups (backups.cozystack.io) of the Plans it
-// selects: checksum-only for every new Backup, full-restore for every Nth. Its runs are created in
-// each Backup's namespace under deterministic names, labelled with the policy, and deleted with
-// their Results and SecurityEvents once their Backup is gone.
+// BackupVerifyPolicy makes the verifier verify, as they appear, the Backups (backups.cozystack.io)
+// of the Plans it selects, Velero's own backups, or etcd snapshots: checksum-only for every new
+// one, full-restore for every Nth. Its runs are created under deterministic names (in each
+// Backup's namespace, or the policy's runNamespace), labelled with the policy, and deleted with
+// their Results and SecurityEvents once their backup is gone.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=bvp,categories=coffer
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a BackupVerifyPolicy's name must be at most 63 characters: its runs carry it as a label value"
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
 // +kubebuilder:printcolumn:name="Plans",type=integer,JSONPath=`.status.plans`
+// +kubebuilder:printcolumn:name="Backups",type=integer,JSONPath=`.status.backups`,priority=1
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeRuns`
 // +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingBackups`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -53,6 +53,16 @@ const (
 	ReasonActive = "Active"
 	// ReasonInvalidSelector: a selector does not parse; the message quotes the parser.
 	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonCofferNotInstalled: a coffer policy, and the cluster serves no backups.cozystack.io
+	// (the verifier looks at its start).
+	ReasonCofferNotInstalled = "CofferNotInstalled"
+	// ReasonVeleroNotInstalled: a velero policy, and the cluster serves no velero.io Backups.
+	ReasonVeleroNotInstalled = "VeleroNotInstalled"
+	// ReasonSnapshotDirNotConfigured: an etcd-snapshot policy, and this verifier has no
+	// --etcd-snapshot-dir (the managed install).
+	ReasonSnapshotDirNotConfigured = "SnapshotDirNotConfigured"
+	// ReasonSnapshotDirUnreadable: the verifier cannot list its --etcd-snapshot-dir.
+	ReasonSnapshotDirUnreadable = "SnapshotDirUnreadable"
 )
 
 // DetailFailure is the key, in a BackupVerifyResult's details, of why its run could not be

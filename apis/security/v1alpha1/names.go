@@ -1,7 +1,12 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
@@ -28,4 +33,42 @@ func PolicySandboxName(b *backupsv1.Backup) string {
 // ugallu names it (bounded to 253 characters).
 func ResultName(runName string) string {
 	return backupsv1.BoundedName(253, runName, "result")
+}
+
+func modeWord(m Mode) string {
+	if m == ModeFullRestore {
+		return "restore"
+	}
+	return "checksum"
+}
+
+// VeleroPolicyRunName is the name of a policy's run verifying the Velero backup name (UID uid) in
+// mode m, in the policy's runNamespace: one per backup and mode, whatever policy asks for it.
+func VeleroPolicyRunName(name string, uid types.UID, m Mode) string {
+	return backupsv1.BoundedName(253, "velero", name, modeWord(m), shortUID(uid))
+}
+
+// VeleroPolicySandboxName is the sandbox of a policy's full-restore run of a Velero backup: a DNS
+// label ending in SandboxSuffix (for a backup of several namespaces, the stem of theirs).
+func VeleroPolicySandboxName(name string, uid types.UID) string {
+	stem := strings.ReplaceAll(name, ".", "-")
+	return backupsv1.BoundedName(63-len(SandboxSuffix), stem, shortUID(uid)) + SandboxSuffix
+}
+
+// EtcdPolicyRunName is the name of a policy's run verifying the etcd snapshot file ref whose
+// identity (size and modification time) is id: a snapshot saved again under the same name is a
+// new snapshot, with a run of its own.
+func EtcdPolicyRunName(ref, id string) string {
+	stem := strings.Trim(dnsUnsafe.ReplaceAllString(strings.ToLower(ref), "-"), "-")
+	sum := sha256.Sum256([]byte(ref + "\x00" + id))
+	return backupsv1.BoundedName(253, "etcd", stem, "checksum", hex.EncodeToString(sum[:])[:8])
+}
+
+var dnsUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
+
+func shortUID(uid types.UID) string {
+	if len(uid) > 8 {
+		return string(uid)[:8]
+	}
+	return string(uid)
 }

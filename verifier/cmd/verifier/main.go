@@ -165,21 +165,22 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	// The verifier also runs without Coffer (Velero backups and etcd snapshots only): verdicts,
-	// written on Coffer's Backups, and policies, which watch its Backups and Plans, run only where
-	// Coffer's CRDs are served.
+	// written on Coffer's Backups, and coffer policies, which watch its Backups and Plans, run
+	// only where Coffer's CRDs are served; velero and etcd-snapshot policies run everywhere.
+	coffer := true
 	if _, err := mgr.GetRESTMapper().RESTMapping(backupsv1.GroupVersion.WithKind("Plan").GroupKind(), backupsv1.GroupVersion.Version); err != nil {
 		if !meta.IsNoMatchError(err) {
 			return fmt.Errorf("looking for Coffer's CRDs: %w", err)
 		}
-		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: BackupVerifyPolicies are not acted on and no verdict is recorded; restart the verifier once they are")
-	} else {
-		if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-			return err
-		}
-		pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify")}
-		if err := pr.SetupWithManager(ctx, mgr); err != nil {
-			return err
-		}
+		coffer = false
+		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: coffer BackupVerifyPolicies are not acted on and no verdict is recorded; restart the verifier once they are")
+	} else if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
+		Coffer: coffer, SnapshotDir: o.snapshotDir}
+	if err := pr.SetupWithManager(ctx, mgr); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -1,16 +1,20 @@
-// Package policy runs BackupVerifyPolicies: for the Backups of the Plans a policy selects, it
-// creates BackupVerifyRuns of the coffer backend (checksum-only for every new Backup, full-restore
-// for every Nth), under names derived from the Backup so that no crash, restart or second replica
-// creates two runs for one Backup and mode, within the policy's concurrency limit; and it deletes
-// the runs of Backups that are gone, with their Results (owned by the run) and SecurityEvents.
+// Package policy runs BackupVerifyPolicies: for the Backups of the Plans a policy selects (backend
+// coffer), Velero's own backups (backend velero) or the etcd snapshots of the verifier's snapshot
+// directory (backend etcd-snapshot), it creates BackupVerifyRuns (checksum-only for every new
+// backup, full-restore for every Nth), under names derived from the backup so that no crash,
+// restart or second replica creates two runs for one backup and mode, within the policy's
+// concurrency limit; and it deletes the runs of backups that are gone, with their Results (owned by
+// the run) and SecurityEvents.
 package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,7 +56,17 @@ type Reconciler struct {
 	Reader   client.Reader
 	Clock    clock.PassiveClock
 	Recorder events.EventRecorder
+	// Coffer says whether the cluster serves Coffer's CRDs (the verifier looks at its start):
+	// without them coffer policies are not Ready, and nothing watches Backups or Plans.
+	Coffer bool
+	// SnapshotDir is the verifier's --etcd-snapshot-dir; empty: etcd-snapshot policies are not
+	// Ready.
+	SnapshotDir string
 }
+
+// Poll is how often a velero or etcd-snapshot policy looks for new backups (nothing notifies it:
+// the verifier watches neither Velero's backups, which may not be installed, nor a directory).
+const Poll = time.Minute
 
 func (r *Reconciler) reader() client.Reader {
 	if r.Reader != nil {
@@ -73,31 +87,48 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	log := ctrl.LoggerFrom(ctx).WithValues("policy", pol.Name)
 	ctx = ctrl.LoggerInto(ctx, log)
 	orig := pol.DeepCopy()
-	nsSel, err := selector(pol.Spec.NamespaceSelector)
-	if err == nil {
-		var planSel labels.Selector
-		if planSel, err = selector(pol.Spec.PlanSelector); err == nil {
-			err = r.run(ctx, pol, nsSel, planSel)
-		}
-		if err != nil && !isSelectorError(err) {
-			return reconcile.Result{}, err
-		}
+	var wants []want
+	var err error
+	next := Resync
+	switch pol.Spec.Backend {
+	case securityv1.BackendVelero:
+		next = Poll
+		wants, err = r.velero(ctx, pol)
+	case securityv1.BackendEtcdSnapshot:
+		next = Poll
+		wants, err = r.etcd(ctx, pol)
+	default:
+		wants, err = r.coffer(ctx, pol)
 	}
-	if err != nil {
-		r.setReady(pol, metav1.ConditionFalse, securityv1.ReasonInvalidSelector, err.Error())
-	} else {
+	if err == nil {
+		err = r.createRuns(ctx, pol, wants)
+	}
+	var notReady notReadyError
+	switch {
+	case errors.As(err, &notReady):
+		r.setReady(pol, metav1.ConditionFalse, notReady.reason, notReady.Error())
+	case err != nil:
+		return reconcile.Result{}, err
+	case pol.Spec.Backend == securityv1.BackendVelero:
+		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, fmt.Sprintf("verifying %d Velero backup(s)", pol.Status.Backups))
+	case pol.Spec.Backend == securityv1.BackendEtcdSnapshot:
+		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, fmt.Sprintf("verifying %d etcd snapshot(s)", pol.Status.Backups))
+	default:
 		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, fmt.Sprintf("verifying the Backups of %d Plan(s)", pol.Status.Plans))
 	}
 	pol.Status.ObservedGeneration = pol.Generation
 	if err := r.Client.Status().Patch(ctx, pol, client.MergeFrom(orig)); err != nil {
 		return reconcile.Result{}, fmt.Errorf("writing BackupVerifyPolicy status: %w", err)
 	}
-	return reconcile.Result{RequeueAfter: Resync}, nil
+	return reconcile.Result{RequeueAfter: next}, nil
 }
 
-type selectorError struct{ error }
-
-func isSelectorError(err error) bool { _, ok := err.(selectorError); return ok }
+// notReadyError is a policy that cannot act as it is (a selector that does not parse, a backend
+// this cluster or verifier lacks): its Ready condition says why, with reason.
+type notReadyError struct {
+	reason string
+	error
+}
 
 func selector(s *metav1.LabelSelector) (labels.Selector, error) {
 	if s == nil {
@@ -105,7 +136,7 @@ func selector(s *metav1.LabelSelector) (labels.Selector, error) {
 	}
 	sel, err := metav1.LabelSelectorAsSelector(s)
 	if err != nil {
-		return nil, selectorError{err}
+		return nil, notReadyError{securityv1.ReasonInvalidSelector, err}
 	}
 	return sel, nil
 }
@@ -115,41 +146,62 @@ func (r *Reconciler) setReady(pol *securityv1.BackupVerifyPolicy, status metav1.
 		Message: msg, ObservedGeneration: pol.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now())})
 }
 
-// want is one run the policy asks for.
+// want is one run the policy asks for: its name and namespace, the backup's identity label, the
+// spec, and when the backup was taken (newest first).
 type want struct {
-	backup *backupsv1.Backup
-	plan   string
-	mode   securityv1.Mode
+	namespace, name string
+	labels          map[string]string
+	spec            securityv1.BackupVerifyRunSpec
+	takenAt         time.Time
+	backup          string
 }
 
-func (r *Reconciler) run(ctx context.Context, pol *securityv1.BackupVerifyPolicy, nsSel, planSel labels.Selector) error {
-	log := ctrl.LoggerFrom(ctx)
+func (w want) mode() securityv1.Mode { return w.spec.Mode }
+
+// listRuns lists the policy's runs (uncached), counts those in flight into its status, and
+// prunes those of backups that are gone.
+func (r *Reconciler) listRuns(ctx context.Context, pol *securityv1.BackupVerifyPolicy) error {
+	runs := &securityv1.BackupVerifyRunList{}
+	if err := r.reader().List(ctx, runs, client.MatchingLabels{securityv1.LabelPolicy: backupsv1.BoundedName(63, pol.Name)}); err != nil {
+		return fmt.Errorf("listing the policy's runs: %w", err)
+	}
+	pol.Status.ActiveRuns = 0
+	for i := range runs.Items {
+		if !runs.Items[i].Status.Phase.IsTerminal() {
+			pol.Status.ActiveRuns++
+		}
+	}
+	return r.prune(ctx, runs.Items)
+}
+
+func (r *Reconciler) coffer(ctx context.Context, pol *securityv1.BackupVerifyPolicy) ([]want, error) {
+	if !r.Coffer {
+		return nil, notReadyError{securityv1.ReasonCofferNotInstalled,
+			errors.New("the cluster served no backups.cozystack.io when the verifier started: install Coffer, then restart the verifier")}
+	}
+	nsSel, err := selector(pol.Spec.NamespaceSelector)
+	if err != nil {
+		return nil, err
+	}
+	planSel, err := selector(pol.Spec.PlanSelector)
+	if err != nil {
+		return nil, err
+	}
 	var namespaces map[string]bool
 	if pol.Spec.NamespaceSelector != nil {
-		var err error
 		if namespaces, err = r.namespaces(ctx, nsSel); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	plans := &backupsv1.PlanList{}
 	if err := r.Client.List(ctx, plans, client.MatchingLabelsSelector{Selector: planSel}); err != nil {
-		return fmt.Errorf("listing Plans: %w", err)
+		return nil, fmt.Errorf("listing Plans: %w", err)
 	}
-	runs := &securityv1.BackupVerifyRunList{}
-	if err := r.reader().List(ctx, runs, client.MatchingLabels{securityv1.LabelPolicy: pol.Name}); err != nil {
-		return fmt.Errorf("listing the policy's runs: %w", err)
+	if err := r.listRuns(ctx, pol); err != nil {
+		return nil, err
 	}
 	// Runs of any policy (or made by hand under the same names) count: they are found by name.
 	done := map[string]bool{}
-	active := int32(0)
-	for i := range runs.Items {
-		if !runs.Items[i].Status.Phase.IsTerminal() {
-			active++
-		}
-	}
-	if err := r.prune(ctx, runs.Items); err != nil {
-		return err
-	}
 
 	var wants []want
 	covered := int32(0)
@@ -161,7 +213,7 @@ func (r *Reconciler) run(ctx context.Context, pol *securityv1.BackupVerifyPolicy
 		covered++
 		backups := &backupsv1.BackupList{}
 		if err := r.Client.List(ctx, backups, client.InNamespace(p.Namespace), client.MatchingFields{BackupPlanIndex: p.Name}); err != nil {
-			return fmt.Errorf("listing the Backups of Plan %s/%s: %w", p.Namespace, p.Name, err)
+			return nil, fmt.Errorf("listing the Backups of Plan %s/%s: %w", p.Namespace, p.Name, err)
 		}
 		var fresh []*backupsv1.Backup
 		for j := range backups.Items {
@@ -174,8 +226,8 @@ func (r *Reconciler) run(ctx context.Context, pol *securityv1.BackupVerifyPolicy
 		sort.Slice(fresh, func(a, c int) bool { return fresh[a].Spec.TakenAt.After(fresh[c].Spec.TakenAt.Time) }) // newest first
 		for _, m := range []securityv1.Mode{securityv1.ModeChecksumOnly, securityv1.ModeFullRestore} {
 			for _, b := range fresh {
-				if ok, err := r.exists(ctx, b, m); err != nil {
-					return err
+				if ok, err := r.exists(ctx, b.Namespace, securityv1.PolicyRunName(b, m)); err != nil {
+					return nil, err
 				} else if ok {
 					done[string(b.UID)+"/"+string(m)] = true
 				}
@@ -192,23 +244,42 @@ func (r *Reconciler) run(ctx context.Context, pol *securityv1.BackupVerifyPolicy
 				since++
 			}
 			if since >= int(fr.Every) || since == len(fresh) {
-				wants = append(wants, want{backup: fresh[0], plan: p.Name, mode: securityv1.ModeFullRestore})
+				wants = append(wants, cofferWant(pol, fresh[0], p.Name, securityv1.ModeFullRestore))
 			}
 		}
-		if pol.Spec.ChecksumOnly == nil || *pol.Spec.ChecksumOnly {
+		if checksumOnly(pol) {
 			for _, b := range fresh {
 				if !done[string(b.UID)+"/"+string(securityv1.ModeChecksumOnly)] {
-					wants = append(wants, want{backup: b, plan: p.Name, mode: securityv1.ModeChecksumOnly})
+					wants = append(wants, cofferWant(pol, b, p.Name, securityv1.ModeChecksumOnly))
 				}
 			}
 		}
 	}
-	// Full-restores first, then checksums, newest Backups first within each.
+	pol.Status.Plans = covered
+	return wants, nil
+}
+
+// cofferWant is the run of Coffer Backup b (of Plan plan) in mode m, in b's namespace.
+func cofferWant(pol *securityv1.BackupVerifyPolicy, b *backupsv1.Backup, plan string, m securityv1.Mode) want {
+	w := want{namespace: b.Namespace, name: securityv1.PolicyRunName(b, m), takenAt: b.Spec.TakenAt.Time, backup: b.Namespace + "/" + b.Name,
+		labels: map[string]string{securityv1.LabelBackupUID: string(b.UID), securityv1.LabelPlan: backupsv1.LabelValue(plan)},
+		spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name, Namespace: b.Namespace},
+			Mode: m, Timeout: pol.Spec.RunTimeout}}
+	if m == securityv1.ModeFullRestore {
+		w.spec.SandboxNamespace = securityv1.PolicySandboxName(b)
+	}
+	return w
+}
+
+// createRuns creates the runs wanted, full-restores first, then checksums, newest backups first
+// within each, while fewer than maxConcurrentRuns of the policy's runs are in flight.
+func (r *Reconciler) createRuns(ctx context.Context, pol *securityv1.BackupVerifyPolicy, wants []want) error {
+	log := ctrl.LoggerFrom(ctx)
 	sort.SliceStable(wants, func(a, c int) bool {
-		if wants[a].mode != wants[c].mode {
-			return wants[a].mode == securityv1.ModeFullRestore
+		if wants[a].mode() != wants[c].mode() {
+			return wants[a].mode() == securityv1.ModeFullRestore
 		}
-		return wants[a].backup.Spec.TakenAt.After(wants[c].backup.Spec.TakenAt.Time)
+		return wants[a].takenAt.After(wants[c].takenAt)
 	})
 	limit := int32(2)
 	if pol.Spec.MaxConcurrentRuns != nil {
@@ -216,7 +287,7 @@ func (r *Reconciler) run(ctx context.Context, pol *securityv1.BackupVerifyPolicy
 	}
 	pending := int32(0)
 	for _, w := range wants {
-		if active >= limit {
+		if pol.Status.ActiveRuns >= limit {
 			pending++
 			continue
 		}
@@ -225,11 +296,11 @@ func (r *Reconciler) run(ctx context.Context, pol *securityv1.BackupVerifyPolicy
 			return err
 		}
 		if created {
-			active++
-			log.Info("Created a verification run", "run", klog.KRef(w.backup.Namespace, securityv1.PolicyRunName(w.backup, w.mode)), "mode", w.mode, "backup", klog.KObj(w.backup))
+			pol.Status.ActiveRuns++
+			log.Info("Created a verification run", "run", klog.KRef(w.namespace, w.name), "mode", w.mode(), "backend", w.spec.Backend, "backup", w.backup)
 		}
 	}
-	pol.Status.Plans, pol.Status.ActiveRuns, pol.Status.PendingBackups = covered, active, pending
+	pol.Status.PendingBackups = pending
 	metrics.PolicyPending.WithLabelValues(pol.Name).Set(float64(pending))
 	return nil
 }
@@ -248,34 +319,30 @@ func (r *Reconciler) namespaces(ctx context.Context, sel labels.Selector) (map[s
 	return out, nil
 }
 
-// exists reports whether the run for Backup b and mode m exists (made by this policy, another
+// exists reports whether the run named name exists in namespace ns (made by this policy, another
 // one, or by hand under the same name).
-func (r *Reconciler) exists(ctx context.Context, b *backupsv1.Backup, m securityv1.Mode) (bool, error) {
+func (r *Reconciler) exists(ctx context.Context, ns, name string) (bool, error) {
 	run := &securityv1.BackupVerifyRun{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: securityv1.PolicyRunName(b, m)}, run)
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, run)
 	switch {
 	case err == nil:
 		return true, nil
 	case apierrors.IsNotFound(err):
 		return false, nil
 	}
-	return false, fmt.Errorf("reading run %s/%s: %w", b.Namespace, securityv1.PolicyRunName(b, m), err)
+	return false, fmt.Errorf("reading run %s/%s: %w", ns, name, err)
 }
 
 // create makes the run; AlreadyExists is success (a crash after the create, or a second replica).
 func (r *Reconciler) create(ctx context.Context, pol *securityv1.BackupVerifyPolicy, w want) (bool, error) {
-	b := w.backup
 	run := &securityv1.BackupVerifyRun{
-		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: securityv1.PolicyRunName(b, w.mode), Labels: map[string]string{
-			securityv1.LabelPolicy:    backupsv1.BoundedName(63, pol.Name),
-			securityv1.LabelBackupUID: string(b.UID),
-			securityv1.LabelPlan:      backupsv1.LabelValue(w.plan),
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: w.name, Labels: map[string]string{
+			securityv1.LabelPolicy: backupsv1.BoundedName(63, pol.Name),
 		}},
-		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name, Namespace: b.Namespace},
-			Mode: w.mode, Timeout: pol.Spec.RunTimeout},
+		Spec: w.spec,
 	}
-	if w.mode == securityv1.ModeFullRestore {
-		run.Spec.SandboxNamespace = securityv1.PolicySandboxName(b)
+	for k, v := range w.labels {
+		run.Labels[k] = v
 	}
 	if err := r.Client.Create(ctx, run); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -291,17 +358,14 @@ func (r *Reconciler) create(ctx context.Context, pol *securityv1.BackupVerifyPol
 func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRun) error {
 	for i := range runs {
 		run := &runs[i]
-		uid := run.Labels[securityv1.LabelBackupUID]
-		if uid == "" || !run.Status.Phase.IsTerminal() {
+		if !run.Status.Phase.IsTerminal() {
 			continue
 		}
-		b := &backupsv1.Backup{}
-		err := r.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Spec.BackupRef.Name}, b)
-		switch {
-		case err == nil && string(b.UID) == uid:
+		if gone, err := r.backupGone(ctx, run); err != nil || !gone {
+			if err != nil {
+				return err
+			}
 			continue
-		case err != nil && !apierrors.IsNotFound(err):
-			return fmt.Errorf("reading Backup %s/%s: %w", run.Namespace, run.Spec.BackupRef.Name, err)
 		}
 		if err := deleteRun(ctx, r.Client, run); err != nil {
 			return err
@@ -311,19 +375,64 @@ func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRu
 	return nil
 }
 
+// backupGone reports whether the backup of a policy's run is gone (deleted, or another one under
+// its name). A backend this verifier cannot look at (no Coffer, no Velero, no snapshot directory)
+// keeps its runs.
+func (r *Reconciler) backupGone(ctx context.Context, run *securityv1.BackupVerifyRun) (bool, error) {
+	uid := run.Labels[securityv1.LabelBackupUID]
+	ref := run.Spec.BackupRef
+	switch run.Spec.Backend {
+	case securityv1.BackendCoffer:
+		if uid == "" || !r.Coffer {
+			return false, nil
+		}
+		b := &backupsv1.Backup{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: ref.Name}, b)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("reading Backup %s/%s: %w", run.Namespace, ref.Name, err)
+		}
+		return err != nil || string(b.UID) != uid, nil
+	case securityv1.BackendVelero:
+		if uid == "" {
+			return false, nil
+		}
+		vb := &velerov1.Backup{}
+		err := r.reader().Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, vb)
+		if meta.IsNoMatchError(err) {
+			return false, nil
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("reading Velero backup %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		return err != nil || string(vb.UID) != uid, nil
+	case securityv1.BackendEtcdSnapshot:
+		if uid == "" || r.SnapshotDir == "" {
+			return false, nil
+		}
+		id, err := snapshotID(r.SnapshotDir, ref.Name)
+		if err != nil {
+			return false, err
+		}
+		return id != uid, nil
+	}
+	return false, nil
+}
+
 // SetupWithManager registers the reconciler: a policy is looked at when it changes, when a Backup
 // or Plan changes (every policy: there are few), when one of its runs changes, and every Resync.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Reader == nil {
 		r.Reader = mgr.GetAPIReader()
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &backupsv1.Backup{}, BackupPlanIndex, func(o client.Object) []string {
-		if p := o.(*backupsv1.Backup).Spec.PlanRef; p != nil {
-			return []string{p.Name}
+	if r.Coffer {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, &backupsv1.Backup{}, BackupPlanIndex, func(o client.Object) []string {
+			if p := o.(*backupsv1.Backup).Spec.PlanRef; p != nil {
+				return []string{p.Name}
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
 	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		list := &securityv1.BackupVerifyPolicyList{}
@@ -343,11 +452,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		}
 		return nil
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("backupverifypolicy").
 		For(&securityv1.BackupVerifyPolicy{}).
-		Watches(&backupsv1.Backup{}, all).
-		Watches(&backupsv1.Plan{}, all).
-		Watches(&securityv1.BackupVerifyRun{}, ofRun).
-		Complete(r)
+		Watches(&securityv1.BackupVerifyRun{}, ofRun)
+	if r.Coffer {
+		b = b.Watches(&backupsv1.Backup{}, all).Watches(&backupsv1.Plan{}, all)
+	}
+	return b.Complete(r)
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -21,12 +22,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -56,6 +59,8 @@ var (
 // testLabel on a namespace selects it for the policies of one test (its value is the test's key),
 // so that the tests' policies never see each other's Plans.
 const testLabel = "policy-test.coffer.io/key"
+
+func init() { utilruntime.Must(velerov1.AddToScheme(cluster.Scheme)) }
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -96,7 +101,7 @@ func newFixture(t *testing.T) *fixture {
 
 // reconciler is a new instance, as after a restart of the verifier.
 func (f *fixture) reconciler(c client.Client) *policy.Reconciler {
-	return &policy.Reconciler{Client: c, Clock: f.clock, Recorder: &events.FakeRecorder{}}
+	return &policy.Reconciler{Client: c, Clock: f.clock, Recorder: &events.FakeRecorder{}, Coffer: true}
 }
 
 // namespace creates a namespace, selected by the test's policies or not.
@@ -688,4 +693,82 @@ func TestSetupWithManager(t *testing.T) {
 	eventually("b2's run", func() bool { return len(f.runsIn(ns)) == 2 })
 	require.Equal(t, sorted(runNames(securityv1.ModeChecksumOnly, b1, b2)), f.runsIn(ns))
 	eventually("the counts", func() bool { st := f.get(pol).Status; return st.PendingBackups == 0 && st.ActiveRuns == 1 })
+}
+
+// A policy's backend fields are checked at admission: each backend takes its own fields only.
+func TestPolicyBackendFieldsAtAdmission(t *testing.T) {
+	f := newFixture(t)
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+	for name, c := range map[string]struct {
+		spec securityv1.BackupVerifyPolicySpec
+		msg  string
+	}{
+		"velero without runNamespace": {securityv1.BackupVerifyPolicySpec{Backend: securityv1.BackendVelero}, "runNamespace is required"},
+		"velero with a planSelector": {securityv1.BackupVerifyPolicySpec{Backend: securityv1.BackendVelero, RunNamespace: "ops", PlanSelector: sel},
+			"only for backend coffer"},
+		"coffer with velero's source": {securityv1.BackupVerifyPolicySpec{Velero: &securityv1.VeleroBackupSource{}}, "only for backend velero"},
+		"velero with etcd's source": {securityv1.BackupVerifyPolicySpec{Backend: securityv1.BackendVelero, RunNamespace: "ops",
+			EtcdSnapshots: &securityv1.EtcdSnapshotSource{}}, "only for backend etcd-snapshot"},
+		"etcd full-restore": {securityv1.BackupVerifyPolicySpec{Backend: securityv1.BackendEtcdSnapshot, RunNamespace: "ops",
+			FullRestore: &securityv1.FullRestorePolicy{Every: 1}}, "fullRestore is not supported"},
+		"an unknown backend": {securityv1.BackupVerifyPolicySpec{Backend: "tape", RunNamespace: "ops"}, "Unsupported value"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pol := &securityv1.BackupVerifyPolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvp-"}, Spec: c.spec}
+			err := cl.Create(f.ctx, pol)
+			require.Error(t, err)
+			assert.True(t, apierrors.IsInvalid(err), "%v", err)
+			assert.Contains(t, err.Error(), c.msg)
+		})
+	}
+	ok := &securityv1.BackupVerifyPolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvp-"}, Spec: securityv1.BackupVerifyPolicySpec{
+		Backend: securityv1.BackendVelero, RunNamespace: "ops", Velero: &securityv1.VeleroBackupSource{BackupSelector: sel}}}
+	require.NoError(t, cl.Create(f.ctx, ok))
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), ok) })
+	assert.Equal(t, "velero", ok.Spec.Velero.Namespace, "Velero's namespace by default")
+	unset := &securityv1.BackupVerifyPolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvp-"}}
+	require.NoError(t, cl.Create(f.ctx, unset))
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), unset) })
+	assert.Equal(t, securityv1.BackendCoffer, unset.Spec.Backend, "coffer by default, as before backends")
+}
+
+// What this cluster or verifier lacks is a False Ready condition that says so, not an error loop:
+// Coffer's CRDs (looked at when the verifier starts), Velero's, a snapshot directory.
+func TestPolicyBackendNotAvailable(t *testing.T) {
+	f := newFixture(t)
+	for _, c := range []struct {
+		spec   securityv1.BackupVerifyPolicySpec
+		reason string
+	}{
+		{securityv1.BackupVerifyPolicySpec{}, securityv1.ReasonCofferNotInstalled},
+		{securityv1.BackupVerifyPolicySpec{Backend: securityv1.BackendVelero, RunNamespace: "ops"}, securityv1.ReasonVeleroNotInstalled},
+		{securityv1.BackupVerifyPolicySpec{Backend: securityv1.BackendEtcdSnapshot, RunNamespace: "ops"}, securityv1.ReasonSnapshotDirNotConfigured},
+	} {
+		pol := &securityv1.BackupVerifyPolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvp-"}, Spec: c.spec}
+		require.NoError(t, cl.Create(f.ctx, pol))
+		t.Cleanup(func() { _ = cl.Delete(context.Background(), pol) })
+		r := f.reconciler(cl)
+		r.Coffer = false // this API server serves Coffer's CRDs; the verifier found none at its start
+		_, err := r.Reconcile(f.ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: pol.Name}})
+		require.NoError(t, err)
+		cond := meta.FindStatusCondition(f.get(pol).Status.Conditions, securityv1.ConditionReady)
+		require.NotNil(t, cond, c.reason)
+		assert.Equal(t, metav1.ConditionFalse, cond.Status, c.reason)
+		assert.Equal(t, c.reason, cond.Reason)
+		assert.NotEmpty(t, cond.Message)
+	}
+	// A snapshot directory the verifier cannot list (here a file, which no uid can list).
+	dir := filepath.Join(t.TempDir(), "not-a-directory")
+	require.NoError(t, os.WriteFile(dir, nil, 0o600))
+	pol := &securityv1.BackupVerifyPolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "bvp-"}, Spec: securityv1.BackupVerifyPolicySpec{
+		Backend: securityv1.BackendEtcdSnapshot, RunNamespace: "ops"}}
+	require.NoError(t, cl.Create(f.ctx, pol))
+	t.Cleanup(func() { _ = cl.Delete(context.Background(), pol) })
+	r := f.reconciler(cl)
+	r.SnapshotDir = dir
+	_, err := r.Reconcile(f.ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: pol.Name}})
+	require.NoError(t, err)
+	cond := meta.FindStatusCondition(f.get(pol).Status.Conditions, securityv1.ConditionReady)
+	require.NotNil(t, cond)
+	assert.Equal(t, securityv1.ReasonSnapshotDirUnreadable, cond.Reason)
 }
