@@ -23,35 +23,46 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 )
 
-// verifySnapshots proves the verifier's etcd-snapshot backend as shipped: the pod reads the node's
-// snapshot directory through its hostPath as user 65532, and runs the bbolt consistency walk in a
-// child process of its own binary inside its image. It saves a real snapshot of this cluster's
-// etcd, and a copy whose leaf pages are corrupted (with etcd's appended SHA-256 removed, so that
-// only the walk can tell): the walk crashes on it, which must end the run as a finding and leave
-// the verifier's container running (finalChecks asserts no restart).
+// verifySnapshots proves the verifier's etcd-snapshot backend as shipped: snapshots saved as
+// etcdctl saves them (root-owned, 0600, in a 0700 directory), which the verifier (user 65532)
+// cannot read, are checked by a pod on the node that holds them (--etcd-check-pods): user 0 with
+// CAP_DAC_READ_SEARCH only, the node's snapshot directory through a read-only hostPath, the bbolt
+// consistency walk in a child process of the verifier's binary inside its image, the report back
+// through the pod's termination message. It saves a real snapshot of this cluster's etcd, and a
+// copy whose leaf pages are corrupted (with etcd's appended SHA-256 removed, so that only the walk
+// can tell): the walk crashes on it, which must end the run as a finding and leave the verifier's
+// container running (finalChecks asserts no restart). A run naming a node that does not exist
+// fails, saying so, with no finding about a snapshot; no check pod is left behind.
 func (e *env) verifySnapshots(t *testing.T) {
 	assets, err := cluster.AssetsDir()
 	require.NoError(t, err)
 	dir, err := os.MkdirTemp(snapshotDir, "coffer-e2e-")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
 	good := filepath.Join(dir, "snap.db")
 	out, err := exec.CommandContext(e.ctx, filepath.Join(assets, "etcdctl"), "--endpoints="+e.n.Cluster.EtcdURL, "snapshot", "save", good).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	data, err := os.ReadFile(good)
 	require.NoError(t, err)
 	bad := corruptLeaves(t, data[:len(data)-32])
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "corrupt.db"), bad, 0o644))
-	require.NoError(t, os.Chmod(good, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "corrupt.db"), bad, 0o600))
+	for _, p := range []string{dir, good} {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Zero(t, st.Mode().Perm()&0o077, "%s is root's only, as etcdctl leaves it", p)
+	}
 
 	rel := filepath.Base(dir)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etcd-verify"}}
 	require.NoError(t, e.cl.Create(e.ctx, ns))
 	runs := map[string]*securityv1.BackupVerifyRun{}
-	for _, name := range []string{"snap", "corrupt"} {
+	for name, node := range map[string]string{"snap": "", "corrupt": e.n.Name, "elsewhere": "no-such-node"} {
+		file := name
+		if name == "elsewhere" {
+			file = "snap"
+		}
 		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name},
-			Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendEtcdSnapshot, BackupRef: securityv1.BackupRef{Name: rel + "/" + name + ".db"}}}
+			Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendEtcdSnapshot, BackupRef: securityv1.BackupRef{Name: rel + "/" + file + ".db", Node: node}}}
 		require.NoError(t, e.cl.Create(e.ctx, run))
 		runs[name] = run
 	}
@@ -85,6 +96,13 @@ func (e *env) verifySnapshots(t *testing.T) {
 			t.Logf("corrupt snapshot: %s", f.Message)
 		}
 	}
+	// The snapshot on a node that does not exist: a failed run, no verdict on any snapshot.
+	assert.Equal(t, securityv1.RunFailed, runs["elsewhere"].Status.Phase, runs["elsewhere"].Status.Message)
+	assert.Contains(t, runs["elsewhere"].Status.Message, "node no-such-node does not exist")
+	assert.False(t, securityv1.WorstSeverity(result(runs["elsewhere"]).Spec.Findings).AtLeast(securityv1.SeverityHigh))
+	pods := &corev1.PodList{}
+	require.NoError(t, e.cl.List(e.ctx, pods, client.InNamespace("ugallu-system"), client.MatchingLabels{"app.kubernetes.io/name": "coffer-etcd-check"}))
+	assert.Empty(t, pods.Items, "each check pod is deleted once its report is read")
 	assert.Contains(t, codes, securityv1.CodeEtcdSnapshotCorrupt)
 	assert.NotContains(t, codes, securityv1.CodeCheckNotRun, "the child process ran in the image")
 	assert.True(t, strings.Contains(fmt.Sprint(res.Spec.Findings), "consistency check"), "the walk, not the hash, found it: %v", res.Spec.Findings)

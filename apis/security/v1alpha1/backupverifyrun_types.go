@@ -69,9 +69,18 @@ type BackupRef struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	StorageLocation string `json:"storageLocation,omitempty"`
+
+	// node, for the etcd-snapshot backend, is the node whose snapshot directory holds the snapshot
+	// (Coffer's addition): on an HA control plane each node saves its own. The check runs as a
+	// short-lived pod on that node. Unset: the node the verifier runs on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Node string `json:"node,omitempty"`
 }
 
 // BackupVerifyRunSpec is one verification. It is immutable once created.
+// +kubebuilder:validation:XValidation:rule="self.backend == 'etcd-snapshot' || !has(self.backupRef.node)",message="backupRef.node is only for the etcd-snapshot backend"
 // +kubebuilder:validation:XValidation:rule="self.backend != 'etcd-snapshot' || self.mode == 'checksum-only'",message="full-restore is supported only by the velero and coffer backends"
 // +kubebuilder:validation:XValidation:rule="self.mode != 'full-restore' || has(self.sandboxNamespace)",message="sandboxNamespace is required for full-restore"
 type BackupVerifyRunSpec struct {

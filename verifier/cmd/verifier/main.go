@@ -13,13 +13,16 @@ import (
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -49,9 +52,16 @@ type options struct {
 	serviceAccount                      string
 	s3Endpoint, s3Region, s3CAFile      string
 	trustNamespace                      string
+	etcdCheckPods                       bool
+	etcdCheckImage, nodeName, podName   string
+	etcdCheckMemory                     string
 }
 
 func main() {
+	// A check pod (the etcd-snapshot backend's --etcd-check-pods) runs this binary's check.
+	if len(os.Args) > 1 && os.Args[1] == etcdsnap.CheckCommand {
+		os.Exit(etcdsnap.PodMain(os.Args[2:], os.Stdout))
+	}
 	o := options{}
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.BoolVar(&o.metricsSecure, "metrics-secure", true,
@@ -72,6 +82,12 @@ func main() {
 	flag.StringVar(&o.s3CAFile, "s3-ca-file", "", "PEM CA bundle trusted for --s3-endpoint besides the system's roots.")
 	flag.StringVar(&o.trustNamespace, "checksum-trust-namespace", "",
 		"Namespace (the verifier's own) of the ConfigMaps that keep the first checksum of each Velero backup nothing recorded one for; later checksum-only runs compare with it (trust on first use). Empty: such backups are checksum-not-recorded every time.")
+	flag.BoolVar(&o.etcdCheckPods, "etcd-check-pods", false,
+		"Check each etcd snapshot in a short-lived pod on the node that holds it (the run's backupRef.node, else --node-name), which reads --etcd-snapshot-dir of that node as user 0 with CAP_DAC_READ_SEARCH only: snapshots saved by etcdctl are 0600 and root-owned. False: the verifier reads them itself.")
+	flag.StringVar(&o.etcdCheckImage, "etcd-check-image", "", "Image of the check pods; empty: the verifier's own (read from its pod, --pod-name).")
+	flag.StringVar(&o.etcdCheckMemory, "etcd-check-memory", "512Mi", "Memory limit of a check pod.")
+	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "The verifier's node: etcd-snapshot runs without backupRef.node are checked there.")
+	flag.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "The verifier's pod (in --checksum-trust-namespace), whose image the check pods run.")
 	flag.DurationVar(&o.runTTL, "run-ttl", policy.DefaultRunTTL, "How long an ended BackupVerifyRun is kept, with its Result and SecurityEvents; 0 keeps them forever.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -148,7 +164,18 @@ func run(ctx context.Context, o options) error {
 	}
 	// Without a snapshot directory (deploy/managed/verifier) there is no etcd-snapshot backend:
 	// its runs fail BackendNotConfigured.
-	if o.snapshotDir != "" {
+	switch {
+	case o.snapshotDir != "" && o.etcdCheckPods:
+		pb, err := checkPods(ctx, mgr, o)
+		if err != nil {
+			return err
+		}
+		r.Backends[securityv1.BackendEtcdSnapshot] = pb
+		if err := mgr.Add(&etcdsnap.PodSweeper{Reader: mgr.GetAPIReader(), Runs: mgr.GetClient(), Client: mgr.GetClient(), Namespace: pb.Namespace,
+			Clock: clock.RealClock{}}); err != nil {
+			return err
+		}
+	case o.snapshotDir != "":
 		r.Backends[securityv1.BackendEtcdSnapshot] = &etcdsnap.Backend{Dir: o.snapshotDir}
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -195,6 +222,36 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// checkPods is the etcd-snapshot backend of --etcd-check-pods: check pods in the verifier's
+// namespace, running its image.
+func checkPods(ctx context.Context, mgr ctrl.Manager, o options) (*etcdsnap.PodBackend, error) {
+	if o.trustNamespace == "" {
+		return nil, errors.New("--etcd-check-pods needs the verifier's namespace: set --checksum-trust-namespace (POD_NAMESPACE)")
+	}
+	mem, err := resource.ParseQuantity(o.etcdCheckMemory)
+	if err != nil {
+		return nil, fmt.Errorf("--etcd-check-memory: %w", err)
+	}
+	image := o.etcdCheckImage
+	if image == "" {
+		if o.podName == "" {
+			return nil, errors.New("--etcd-check-pods needs an image: set --etcd-check-image, or --pod-name (POD_NAME) to run the verifier's own")
+		}
+		pod := &corev1.Pod{}
+		if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: o.trustNamespace, Name: o.podName}, pod); err != nil {
+			return nil, fmt.Errorf("reading the verifier's pod for its image: %w", err)
+		}
+		for i, c := range pod.Spec.Containers {
+			if c.Name == "manager" || i == 0 {
+				image = c.Image
+			}
+		}
+	}
+	ctrl.Log.Info("etcd snapshots are checked in pods on the nodes that hold them", "image", image, "namespace", o.trustNamespace, "node", o.nodeName)
+	return &etcdsnap.PodBackend{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.trustNamespace, Image: image,
+		HostDir: o.snapshotDir, Node: o.nodeName, Memory: mem}, nil
 }
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

@@ -44,6 +44,13 @@ type Restorer interface {
 	Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding
 }
 
+// Waiter is a backend whose passes may end before the verification does (an Outcome with Done
+// false): Waiting names what the run waits for, for its conditions. Every Restorer is one; a
+// Backend whose check runs elsewhere (a pod) may be one.
+type Waiter interface {
+	Waiting(run *securityv1.BackupVerifyRun) string
+}
+
 // Outcome is what one pass of a verification established about the backup.
 type Outcome struct {
 	Findings []securityv1.Finding

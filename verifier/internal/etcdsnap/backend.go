@@ -25,15 +25,20 @@ var _ backend.Backend = (*Backend)(nil)
 // final, without a verdict.
 func (b *Backend) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
 	rep, err := Verify(ctx, b.Dir, run.Spec.BackupRef.Name)
+	return outcome(rep, err, ctx.Err() != nil)
+}
+
+// outcome is Verify's report and error as the run reconciler takes them.
+func outcome(rep *Report, err error, ctxDone bool) (backend.Outcome, error) {
 	out := backend.Outcome{Done: true, Findings: rep.Findings, ComputedChecksum: rep.Checksum, ChecksumBasis: rep.Basis, SizeBytes: rep.SizeBytes, Details: rep.Details}
 	switch {
-	case err == nil, ctx.Err() != nil, errors.Is(err, ErrCheckNotStarted):
+	case err == nil, ctxDone, errors.Is(err, ErrCheckNotStarted):
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrRefInvalid):
 		err = reconcile.TerminalError(err)
 	case errors.Is(err, ErrUnreadable):
-		err = reconcile.TerminalError(fmt.Errorf("%w; the verifier must be able to read the snapshot directory (--etcd-snapshot-dir): snapshots saved by etcdctl are 0600 and root-owned", err))
+		err = reconcile.TerminalError(fmt.Errorf("%w; the check must be able to read the snapshot directory (--etcd-snapshot-dir): snapshots saved by etcdctl are 0600 and root-owned, which only a check pod (--etcd-check-pods) reads", err))
 	case errors.Is(err, ErrCheckKilled):
-		err = reconcile.TerminalError(fmt.Errorf("%w; the verifier's resources were exhausted: raise its container's memory limit (deploy/verifier/manager), or check the node's memory pressure", err))
+		err = reconcile.TerminalError(fmt.Errorf("%w; the check's resources were exhausted: raise the memory limit (--etcd-check-memory for check pods, else the verifier's container in deploy/verifier/manager), or check the node's memory pressure", err))
 	default:
 		err = reconcile.TerminalError(fmt.Errorf("%w; see the verifier's log", err))
 	}

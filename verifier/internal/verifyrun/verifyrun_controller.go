@@ -202,8 +202,8 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 		return reconcile.Result{RequeueAfter: delay}, nil
 	case !out.Done:
 		what := "the restore"
-		if rs, ok := r.Backends[s.run.Spec.Backend].(backend.Restorer); ok {
-			what = rs.Waiting(s.run)
+		if w, ok := r.Backends[s.run.Spec.Backend].(backend.Waiter); ok {
+			what = w.Waiting(s.run)
 		}
 		msg := "waiting for " + what
 		poll := min(PollInterval, r.untilDeadline(s))
