@@ -80,7 +80,7 @@ E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./tenancy/ .
 .PHONY: e2e
 e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.
 	hack/node-runtime.sh
-	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_CHAOS_ITERATIONS="$(E2E_CHAOS_ITERATIONS)"; \
+	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_PROMETHEUS_ASSETS="$(PROMBIN)" COFFER_CHAOS_ITERATIONS="$(E2E_CHAOS_ITERATIONS)"; \
 	(cd e2e/harness && go test -count=1 -tags e2e -timeout 30m ./node/) && \
 	(cd e2e && go test -count=1 -p 1 -tags e2e -timeout 80m $(E2E_SUITES))
 

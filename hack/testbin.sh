@@ -5,7 +5,8 @@
 #   hack/testbin.sh [binary...]     default: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd etcdctl etcdutl
 #   hack/testbin.sh --velero        velero, velero-plugin-for-aws and minio (the S3 test stack)
 #   hack/testbin.sh --peers         restic and kopia (peers of coffer-agent's BenchmarkPeers)
-#   hack/testbin.sh --prometheus    promtool (checks and unit-tests the PrometheusRules of deploy/)
+#   hack/testbin.sh --prometheus    promtool (checks and unit-tests the PrometheusRules of deploy/) and
+#                                   prometheus (Kubernetes service discovery only: e2e/deployments)
 #
 # COFFER_TESTBIN_ROOT overrides the cache root (default $HOME/.cache/coffer/testbin).
 set -euo pipefail
@@ -32,7 +33,7 @@ elif [ "${1:-}" = --peers ]; then
 elif [ "${1:-}" = --prometheus ]; then
 	shift
 	dir="$cache/prometheus-${PROMETHEUS_VERSION}"
-	set -- promtool
+	set -- promtool prometheus
 fi
 mkdir -p "$dir"
 
@@ -68,6 +69,9 @@ for b in "${bins[@]}"; do
 	# Rules checks and tests need no service discovery: leaving out every SD plugin (and the cloud
 	# SDKs they bring) keeps the cold build to about 3.5 min on 2 cores.
 	promtool) build promtool prometheus github.com/prometheus/prometheus/cmd/promtool "$prom_ldflags" remove_all_sd ;;
+	# The server, for e2e/deployments (a real Prometheus discovering the components): Kubernetes
+	# service discovery only.
+	prometheus) build prometheus prometheus github.com/prometheus/prometheus/cmd/prometheus "$prom_ldflags" "remove_all_sd enable_kubernetes_sd" ;;
 	kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl)
 		build "$b" kubernetes "k8s.io/kubernetes/cmd/$b" "$k8s_ldflags" ;;
 	*) echo "testbin: unknown binary $b" >&2; exit 2 ;;

@@ -119,6 +119,7 @@ func TestShippedDeployments(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	e.prometheusDiscovers(t, reader)
 	e.verifySnapshots(t)
 
 	ns, plan := e.scheduledBackups(t)

@@ -1,10 +1,13 @@
 module github.com/coffer-backup/coffer/tools/testbin/prometheus
 
-// Builds promtool, which checks and unit-tests the PrometheusRules of deploy/ (e2e's TestPrometheusRules). Outside go.work.
+// Builds promtool, which checks and unit-tests the PrometheusRules of deploy/ (e2e's TestPrometheusRules), and the server with Kubernetes service discovery only (e2e/deployments). Outside go.work.
 
 go 1.26.7
 
-tool github.com/prometheus/prometheus/cmd/promtool
+tool (
+	github.com/prometheus/prometheus/cmd/prometheus
+	github.com/prometheus/prometheus/cmd/promtool
+)
 
 require (
 	cloud.google.com/go/auth v0.24.1-0.20261001053825-dbc26066f70a // indirect
