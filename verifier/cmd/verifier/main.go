@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
@@ -153,11 +154,12 @@ func run(ctx context.Context, o options) error {
 	if store != nil {
 		artifacts.ByScheme = map[string]artifact.Reader{"s3": store}
 	}
+	cc := &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Artifacts: artifacts, Sandbox: sb}
 	r := &verifyrun.Reconciler{
 		Client: mgr.GetClient(),
 		Backends: map[securityv1.Backend]backend.Backend{
 			securityv1.BackendVelero: vc,
-			securityv1.BackendCoffer: &coffercheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Artifacts: artifacts, Sandbox: sb},
+			securityv1.BackendCoffer: cc,
 		},
 		Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
 		ClusterID: o.clusterID, ClusterName: o.clusterName, Version: version(),
@@ -188,7 +190,7 @@ func run(ctx context.Context, o options) error {
 	}
 	// Sandboxes no run will clean up (its run deleted mid-restore, or its cleanup failed).
 	if err := mgr.Add(&sandbox.Sweeper{Reader: mgr.GetAPIReader(), Runs: mgr.GetClient(), Client: mgr.GetClient(), Clock: clock.RealClock{},
-		Grace: sandbox.DefaultSweepGrace, Interval: sandbox.DefaultSweepInterval, Hold: vc.RestoreHold}); err != nil {
+		Grace: sandbox.DefaultSweepGrace, Interval: sandbox.DefaultSweepInterval, Hold: holds(vc.RestoreHold, cc.RestoreHold)}); err != nil {
 		return err
 	}
 	// The verifier also runs without Coffer (Velero backups and etcd snapshots only): verdicts,
@@ -222,6 +224,19 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// holds keeps a run's sandboxes while any of hs says a restore still runs into them (a Velero
+// Restore of the velero backend, a RestoreJob of the coffer backend).
+func holds(hs ...func(context.Context, types.UID) (bool, error)) func(context.Context, types.UID) (bool, error) {
+	return func(ctx context.Context, uid types.UID) (bool, error) {
+		for _, h := range hs {
+			if hold, err := h(ctx, uid); err != nil || hold {
+				return true, err
+			}
+		}
+		return false, nil
+	}
 }
 
 // checkPods is the etcd-snapshot backend of --etcd-check-pods: check pods in the verifier's

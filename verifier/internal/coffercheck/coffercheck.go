@@ -35,6 +35,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -306,6 +307,14 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 	rj := &backupsv1.RestoreJob{}
 	err := c.Reader.Get(ctx, key, rj)
 	if err == nil && rj.Labels[securityv1.LabelRunUID] == string(run.UID) {
+		if !rj.Status.Phase.IsTerminal() {
+			// The driver may go on restoring after its RestoreJob is deleted (driver-velero's
+			// Velero Restore does, and Velero re-creates a deleted sandbox from the backup's copy of
+			// the source namespace). So while the RestoreJob runs, neither it nor the sandbox is
+			// deleted: they stay confined, and the Sweeper deletes them once it ended (RestoreHold).
+			return []securityv1.Finding{{Code: securityv1.CodeCleanupDeferred, Severity: securityv1.SeverityInfo, Object: "backups.cozystack.io/RestoreJob " + key.String(),
+				Message: fmt.Sprintf("the driver is still restoring (RestoreJob phase %q): the RestoreJob and its sandbox are kept, confined, and deleted once it ends", orPending(rj.Status.Phase))}}
+		}
 		err = c.Client.Delete(ctx, rj, client.Preconditions{UID: &rj.UID})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -313,6 +322,39 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 			Object: "backups.cozystack.io/RestoreJob " + key.String(), Message: "deleting the verification RestoreJob: " + err.Error()})
 	}
 	return append(out, c.Sandbox.Cleanup(ctx, run)...)
+}
+
+func orPending(p backupsv1.RestoreJobPhase) backupsv1.RestoreJobPhase {
+	if p == "" {
+		return backupsv1.RestoreJobPending
+	}
+	return p
+}
+
+// RestoreHold tells the sandbox Sweeper whether the sandboxes of the run with runUID must stay:
+// while one of its RestoreJobs runs (its driver restores into them). It deletes the run's
+// RestoreJobs that ended.
+func (c *Checker) RestoreHold(ctx context.Context, runUID types.UID) (bool, error) {
+	list := &backupsv1.RestoreJobList{}
+	err := c.Reader.List(ctx, list, client.MatchingLabels{securityv1.LabelRunUID: string(runUID)})
+	if meta.IsNoMatchError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("listing the RestoreJobs of run %s: %w", runUID, err)
+	}
+	hold := false
+	for i := range list.Items {
+		rj := &list.Items[i]
+		if !rj.Status.Phase.IsTerminal() {
+			hold = true
+			continue
+		}
+		if err := c.Client.Delete(ctx, rj, client.Preconditions{UID: &rj.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return true, fmt.Errorf("deleting RestoreJob %s/%s of run %s: %w", rj.Namespace, rj.Name, runUID, err)
+		}
+	}
+	return hold, nil
 }
 
 // restoreMessage is what the RestoreJob says of its end: its Ready condition's message, or its

@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/artifact"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
+	bvsandbox "github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
 
@@ -672,4 +674,51 @@ func TestExcludedKindsAreServedResources(t *testing.T) {
 		}
 		assert.Equal(t, want, r, "the Velero resource name of %s", gk)
 	}
+}
+
+// TestCofferTimeoutKeepsARunningRestore: a coffer full-restore whose driver is still restoring at
+// the run's deadline (its RestoreJob Running) ends within its bound, but neither the RestoreJob
+// nor the sandbox is deleted under the driver (driver-velero's Velero Restore would go on and
+// re-create a deleted sandbox from the backup's copy of the source namespace): both stay confined
+// (cleanup-deferred), the sandbox Sweeper keeps them while the RestoreJob runs, and deletes both
+// once it ended.
+func TestCofferTimeoutKeepsARunningRestore(t *testing.T) {
+	ctx := context.Background()
+	name := uniq("coftimeout")
+	b := cofferBackup(t, name, jobDriverGroup, nil, backupsv1.BackupReady,
+		&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/coffer-job/" + name, SizeBytes: 1, Checksum: "sha256:" + strings.Repeat("0", 64)})
+	h := cofferHarness(t)
+	sandbox := name + "-bvsandbox"
+	run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
+		Mode: securityv1.ModeFullRestore, SandboxNamespace: sandbox, Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+	rj := awaitRestoreJob(t, h, run, b)
+	rj.Status.Phase = backupsv1.RestoreJobRunning
+	require.NoError(t, cl.Status().Update(ctx, rj))
+
+	h.clock.Step(6 * time.Minute)
+	h.finish(run)
+	assertVerifyFailed(t, run)
+	found := codes(result(t, run).Spec.Findings)
+	assert.Contains(t, found, securityv1.CodeTimeout)
+	require.Contains(t, found, securityv1.CodeCleanupDeferred, "the driver was restoring at the deadline")
+	sb := &corev1.Namespace{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: sandbox}, sb), "the sandbox is kept while the driver restores")
+	assert.True(t, sb.DeletionTimestamp.IsZero())
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(rj), rj), "and its RestoreJob")
+	assert.True(t, rj.DeletionTimestamp.IsZero())
+
+	cc := h.coffer()
+	sweeper := &bvsandbox.Sweeper{Reader: cl, Runs: cl, Client: cl, Clock: clocktesting.NewFakeClock(time.Now().Add(time.Hour)), Hold: cc.RestoreHold}
+	n, err := sweeper.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing is swept while the RestoreJob runs")
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(rj), rj))
+
+	rj.Status.Phase = backupsv1.RestoreJobSucceeded
+	require.NoError(t, cl.Status().Update(ctx, rj))
+	n, err = sweeper.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the sandbox, once the RestoreJob ended")
+	err = cl.Get(ctx, client.ObjectKeyFromObject(rj), rj)
+	assert.True(t, apierrors.IsNotFound(err) || err == nil && !rj.DeletionTimestamp.IsZero(), "the RestoreJob is deleted: %v", err)
 }

@@ -36,4 +36,4 @@ package verifyrun
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=coffer-verifier-sandbox
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups/status,verbs=patch
-// +kubebuilder:rbac:groups=backups.cozystack.io,resources=restorejobs,verbs=get;create;delete
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=restorejobs,verbs=get;list;create;delete
