@@ -3,7 +3,6 @@
 package deployments
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,29 +19,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
 // prometheusAssetsEnv names the directory of the prometheus binary (hack/testbin.sh --prometheus).
 const prometheusAssetsEnv = "COFFER_PROMETHEUS_ASSETS"
-
-// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // scrapeJob is a ServiceMonitor's first endpoint, as the Prometheus Operator turns it into a
 // scrape job (role endpoints, the operator's default): the Service's namespace and labels, the
@@ -170,7 +151,7 @@ func (e *env) prometheusDiscovers(t *testing.T, token string) {
 	port, err := cluster.FreePort()
 	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	var log syncBuffer
+	var log components.SyncBuffer
 	cmd := exec.Command(bin, "--config.file="+cfgFile, "--web.listen-address="+addr, "--storage.tsdb.path="+filepath.Join(work, "data"))
 	cmd.Stdout, cmd.Stderr = &log, &log
 	require.NoError(t, cmd.Start())

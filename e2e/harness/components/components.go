@@ -44,22 +44,22 @@ func Build(root, component, binary, dir string) (string, error) {
 type Process struct {
 	cmd  *exec.Cmd
 	done chan error
-	Log  *syncBuffer
+	Log  *SyncBuffer
 }
 
-// syncBuffer is a log buffer safe to read while the process writes.
-type syncBuffer struct {
+// SyncBuffer is a log buffer safe to read while a process writes it.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -92,7 +92,7 @@ func Start(bin string, args ...string) (*Process, error) {
 
 // StartWithEnv runs a binary with args and, when env is not nil, exactly that environment.
 func StartWithEnv(bin string, env []string, args ...string) (*Process, error) {
-	p := &Process{cmd: exec.Command(bin, args...), done: make(chan error, 1), Log: &syncBuffer{}}
+	p := &Process{cmd: exec.Command(bin, args...), done: make(chan error, 1), Log: &SyncBuffer{}}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.Log, p.Log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
