@@ -17,6 +17,8 @@ import (
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 )
@@ -101,4 +103,28 @@ func APIError(what string, err error) error {
 		hint = "check the API server's health and load"
 	}
 	return fmt.Errorf("%s: %w; %s", what, err, hint)
+}
+
+// Truncate bounds s to n bytes, ending a shortened s with "…" (within the n).
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len("…")] + "…"
+}
+
+// LiveRuns are the UIDs of the runs that have not ended, from r (the manager's cache): what the
+// sweepers of a run's leftovers (sandboxes, check pods) keep.
+func LiveRuns(ctx context.Context, r client.Reader) (map[types.UID]bool, error) {
+	runs := &securityv1.BackupVerifyRunList{}
+	if err := r.List(ctx, runs); err != nil {
+		return nil, fmt.Errorf("listing BackupVerifyRuns: %w", err)
+	}
+	live := map[types.UID]bool{}
+	for _, run := range runs.Items {
+		if !run.Status.Phase.IsTerminal() {
+			live[run.UID] = true
+		}
+	}
+	return live, nil
 }

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -92,13 +93,9 @@ func encodeBounded(res *podResult) []byte {
 	b, _ := json.Marshal(res)
 	for limit := 512; len(b) > maxMessage && limit >= 32; limit /= 2 {
 		for i := range res.Report.Findings {
-			if m := res.Report.Findings[i].Message; len(m) > limit {
-				res.Report.Findings[i].Message = m[:limit] + "…"
-			}
+			res.Report.Findings[i].Message = backend.Truncate(res.Report.Findings[i].Message, limit)
 		}
-		if len(res.Error) > limit {
-			res.Error = res.Error[:limit] + "…"
-		}
+		res.Error = backend.Truncate(res.Error, limit)
 		b, _ = json.Marshal(res)
 	}
 	if len(b) > maxMessage {
@@ -112,7 +109,7 @@ func encodeBounded(res *podResult) []byte {
 func decode(msg string) (*Report, error) {
 	var res podResult
 	if err := json.Unmarshal([]byte(msg), &res); err != nil || res.Report == nil {
-		return nil, fmt.Errorf("the check pod's result is not one (%q)", truncate(msg, 200))
+		return nil, fmt.Errorf("the check pod's result is not one (%q)", backend.Truncate(msg, 200))
 	}
 	if res.Kind == "" {
 		return res.Report, nil
@@ -123,13 +120,6 @@ func decode(msg string) (*Report, error) {
 		}
 	}
 	return res.Report, errors.New(res.Error)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // PodBackend is the etcd-snapshot backend whose checks run on the node that holds the snapshot,
@@ -219,7 +209,7 @@ func (b *PodBackend) Checksum(ctx context.Context, run *securityv1.BackupVerifyR
 		rep = &Report{}
 	}
 	out, err := outcome(rep, err, ctx.Err() != nil)
-	if errors.Is(err, ErrCheckNotStarted) || err != nil && !errors.Is(err, reconcile.TerminalError(nil)) {
+	if err != nil && !errors.Is(err, reconcile.TerminalError(nil)) {
 		err = reconcile.TerminalError(err) // a pod ran it: running it again fails the same way
 	}
 	return out, b.ended(ctx, pod, err)
@@ -324,20 +314,14 @@ func (s *PodSweeper) Sweep(ctx context.Context) (int, error) {
 	if len(pods.Items) == 0 {
 		return 0, nil
 	}
-	runs := &securityv1.BackupVerifyRunList{}
-	if err := s.Runs.List(ctx, runs); err != nil {
-		return 0, fmt.Errorf("listing BackupVerifyRuns: %w", err)
-	}
-	live := map[string]bool{}
-	for _, r := range runs.Items {
-		if !r.Status.Phase.IsTerminal() {
-			live[string(r.UID)] = true
-		}
+	live, err := backend.LiveRuns(ctx, s.Runs)
+	if err != nil {
+		return 0, err
 	}
 	n := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if live[p.Labels[securityv1.LabelRunUID]] || s.Clock.Since(p.CreationTimestamp.Time) < time.Minute {
+		if live[types.UID(p.Labels[securityv1.LabelRunUID])] || s.Clock.Since(p.CreationTimestamp.Time) < time.Minute {
 			continue
 		}
 		if err := s.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {

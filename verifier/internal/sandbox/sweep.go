@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
 )
 
 // Sweeper deletes the sandboxes no run will clean up: those whose run is gone (deleted mid
@@ -67,15 +68,9 @@ func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
 	if len(nss.Items) == 0 {
 		return 0, nil
 	}
-	runs := &securityv1.BackupVerifyRunList{}
-	if err := s.Runs.List(ctx, runs); err != nil {
-		return 0, fmt.Errorf("listing BackupVerifyRuns: %w", err)
-	}
-	live := map[types.UID]bool{}
-	for _, r := range runs.Items {
-		if !r.Status.Phase.IsTerminal() {
-			live[r.UID] = true
-		}
+	live, err := backend.LiveRuns(ctx, s.Runs)
+	if err != nil {
+		return 0, err
 	}
 	now := s.Clock.Now()
 	deleted := 0

@@ -19,6 +19,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
 )
 
 // VerdictReconciler records the verdict of each ended run of the coffer backend on its Backup
@@ -90,7 +91,7 @@ func recordVerdict(ctx context.Context, c client.Client, run *securityv1.BackupV
 		return nil
 	}
 	verdict := &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: now,
-		ResultRef: &backupsv1.VerificationResultRef{Namespace: res.Namespace, Name: res.Name}, Message: truncate(msg, 1024)}
+		ResultRef: &backupsv1.VerificationResultRef{Namespace: res.Namespace, Name: res.Name}, Message: backend.Truncate(msg, 1024)}
 	if eventType == securityv1.EventBackupVerifyMismatch {
 		verdict.Result = backupsv1.VerificationFailed
 	}

@@ -242,7 +242,7 @@ func timedOut(s *scope, out backend.Outcome, lastErr error) backend.Outcome {
 		}
 	}
 	out = failed(out, msg)
-	out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeTimeout, Severity: securityv1.SeverityMedium, Message: truncate(msg, 4096)})
+	out.Findings = append(out.Findings, securityv1.Finding{Code: securityv1.CodeTimeout, Severity: securityv1.SeverityMedium, Message: backend.Truncate(msg, 4096)})
 	return out
 }
 
@@ -254,7 +254,7 @@ func failed(out backend.Outcome, why string) backend.Outcome {
 	for k, v := range out.Details {
 		done.Details[k] = v
 	}
-	done.Details[securityv1.DetailFailure] = truncate(why, 4096)
+	done.Details[securityv1.DetailFailure] = backend.Truncate(why, 4096)
 	return done
 }
 
@@ -320,9 +320,9 @@ func (r *Reconciler) writeResult(ctx context.Context, s *scope, out backend.Outc
 	run := s.run
 	findings := out.Findings
 	for i := range findings {
-		findings[i].Message = truncate(findings[i].Message, 4096)
-		findings[i].Detail = truncate(findings[i].Message, 1024)
-		findings[i].Object = truncate(findings[i].Object, 512)
+		findings[i].Message = backend.Truncate(findings[i].Message, 4096)
+		findings[i].Detail = backend.Truncate(findings[i].Message, 1024)
+		findings[i].Object = backend.Truncate(findings[i].Object, 512)
 	}
 	sort.SliceStable(findings, func(i, j int) bool { return findings[i].Severity.Rank() > findings[j].Severity.Rank() })
 	if len(findings) > securityv1.MaxFindings {
@@ -421,7 +421,7 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, res *securityv1.Backu
 	}
 	s.run.Status.ResultRef = &securityv1.ResultReference{Name: res.Name}
 	s.run.Status.WorstSeverity = worst
-	s.run.Status.Message = truncate(msg, 32768)
+	s.run.Status.Message = backend.Truncate(msg, 32768)
 	ready := metav1.ConditionFalse
 	if eventType == securityv1.EventBackupVerifyCompleted {
 		ready = metav1.ConditionTrue
@@ -477,9 +477,9 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) {
 	if s.result != nil {
 		related = s.result
 	}
-	r.Recorder.Eventf(run, related, evType, reason, "Verify", "%s", truncate(run.Status.Message, 1024))
+	r.Recorder.Eventf(run, related, evType, reason, "Verify", "%s", backend.Truncate(run.Status.Message, 1024))
 	ctrl.LoggerFrom(ctx).Info("Verification finished", "phase", phase, "reason", reason, "worstSeverity", run.Status.WorstSeverity,
-		"result", run.Status.ResultName(), "findings", len(findings), "message", truncate(run.Status.Message, 1024))
+		"result", run.Status.ResultName(), "findings", len(findings), "message", backend.Truncate(run.Status.Message, 1024))
 }
 
 // message is an error's text for a status, finding or event, without controller-runtime's
@@ -488,14 +488,7 @@ func message(err error) string { return strings.ReplaceAll(err.Error(), "termina
 
 func setCondition(run *securityv1.BackupVerifyRun, typ string, status metav1.ConditionStatus, reason, msg string, now metav1.Time) {
 	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-		Message: truncate(msg, 32768), ObservedGeneration: run.Generation, LastTransitionTime: now})
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-len("…")] + "…"
+		Message: backend.Truncate(msg, 32768), ObservedGeneration: run.Generation, LastTransitionTime: now})
 }
 
 // EventName is the deterministic name of a run's SecurityEvent of one type: emitted once per run.
@@ -521,7 +514,7 @@ func (r *Reconciler) emit(ctx context.Context, run *securityv1.BackupVerifyRun, 
 	signals := map[string]string{
 		"run.namespace": run.Namespace, "run.name": run.Name, "run.uid": string(run.UID),
 		"backup.backend": string(run.Spec.Backend), "backup.mode": string(mode(run)), "backup.refName": run.Spec.BackupRef.Name,
-		"message": truncate(msg, 4096),
+		"message": backend.Truncate(msg, 4096),
 	}
 	if run.Spec.BackupRef.Namespace != "" {
 		signals["backup.refNamespace"] = run.Spec.BackupRef.Namespace
