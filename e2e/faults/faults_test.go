@@ -408,10 +408,25 @@ func (f *suite) backupDeleted(t *testing.T) {
 	f.waitCancelled(t, vr)
 	f.assertEvent(t, rj.UID, "VeleroRestoreCancelled")
 	require.NoError(t, f.s.Velero.StartVelero(f.ctx))
-	waitFor(t, f.ctx, "the Backup to be deleted", time.Minute, func(ctx context.Context) (bool, error) {
-		err := f.c.Get(ctx, client.ObjectKeyFromObject(backup), &backupsv1.Backup{})
+	// Velero's deletion waits up to a minute for the restores of the backup to go, and a request
+	// it fails (its storage location not yet validated again, say) is asked again after the
+	// driver's backoff: the bound is both.
+	live := &backupsv1.Backup{}
+	err := wait.PollUntilContextTimeout(f.ctx, 200*time.Millisecond, time.Minute+driverkit.MaxRetryDelay, true, func(ctx context.Context) (bool, error) {
+		err := f.c.Get(ctx, client.ObjectKeyFromObject(backup), live)
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
+	if err != nil {
+		dbrs := &unstructured.UnstructuredList{}
+		dbrs.SetAPIVersion("velero.io/v1")
+		dbrs.SetKind("DeleteBackupRequestList")
+		if f.c.List(f.ctx, dbrs, client.InNamespace(velerostack.Namespace)) == nil {
+			for _, o := range dbrs.Items {
+				t.Logf("velero DeleteBackupRequest %s: %v", o.GetName(), o.Object["status"])
+			}
+		}
+		t.Fatalf("Backup %s not deleted once Velero was back: %v; conditions %+v", backup.Name, err, live.Status.Conditions)
+	}
 }
 
 // forbidden: the application is of a group the driver's shipped ClusterRole does not cover.
