@@ -136,18 +136,48 @@ var cacheAnnotations = cachetrim.Keep{
 
 // cacheTransform trims what core caches to what it reads (docs/security.md, "Bounds and caches"):
 // no managedFields, only cacheAnnotations, no RestoreJob spec.options, which core never reads
-// (it fails an unclaimed RestoreJob by its Backup alone), and no Backup status.underlyingResources
-// (a driver's record for its restores). Core writes those objects only with
-// Status().Patch, so nothing dropped here is written back.
+// (it fails an unclaimed RestoreJob by its Backup alone), and Backups cut to what retention and
+// the unclaimed-restore message read (trimBackup). Core writes those objects only with
+// Status().Patch (Plans and runs; never a Backup, which it only reads and deletes), so nothing
+// dropped here is written back.
 func cacheTransform() func(any) (any, error) {
 	return cachetrim.Transform(cacheAnnotations, func(obj any) {
 		switch o := obj.(type) {
 		case *backupsv1.RestoreJob:
 			o.Spec.Options = nil
 		case *backupsv1.Backup:
-			o.Status.UnderlyingResources = nil
+			trimBackup(o)
 		}
 	})
+}
+
+// trimBackup cuts a Backup to what core reads: its name, deletion, the imported label and the
+// adoption annotation (ReadOnly), spec.applicationRef, planRef, strategyRef and takenAt, and of
+// its status the phase, the conditions' type, status and reason, and the verification verdicts'
+// results and failure counts. Core holds every Backup of the cluster, so what it drops here
+// (the driver's labels, metadata, finalizers and record, the artifact, every message) is most of
+// a Backup's size (docs/benchmarks.md, "Scale").
+func trimBackup(b *backupsv1.Backup) {
+	labels := map[string]string(nil)
+	if v, ok := b.Labels[backupsv1.LabelImported]; ok {
+		labels = map[string]string{backupsv1.LabelImported: v}
+	}
+	b.Labels = labels
+	b.Finalizers = nil
+	b.OwnerReferences = nil
+	b.Spec.DriverMetadata = nil
+	b.Status.Artifact = nil
+	b.Status.UnderlyingResources = nil
+	for i := range b.Status.Conditions {
+		b.Status.Conditions[i].Message = ""
+	}
+	if v := b.Status.Verification; v != nil {
+		for _, verdict := range []*backupsv1.VerificationVerdict{v.Checksum, v.FullRestore} {
+			if verdict != nil {
+				verdict.Message, verdict.ResultRef = "", nil
+			}
+		}
+	}
 }
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create

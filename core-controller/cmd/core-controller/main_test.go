@@ -141,21 +141,56 @@ func TestCacheHoldsWhatCoreReads(t *testing.T) {
 	assert.Equal(t, "gone", cachedRJ.Spec.BackupRef.Name)
 	assert.Equal(t, map[string]string{backupsv1.AnnotationScheduledTime: "2026-04-29T02:00:00Z"}, cachedBJ.Annotations)
 
-	// A Backup's underlyingResources (a driver's record for its restores) is not core's.
+	// Of a Backup, core holds what retention and the unclaimed-restore message read: not the
+	// driver's labels, metadata and record (underlyingResources), not the artifact, no message.
 	group := "velerodriver.backups.cozystack.io"
-	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns},
+	taken := metav1.NewTime(time.Now().Truncate(time.Second))
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns,
+		Labels:      map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelManagedBy: "driver", backupsv1.LabelPlan: "nightly"},
+		Annotations: map[string]string{backupsv1.AnnotationAdopted: "true", "tenant.example/notes": big}},
 		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "VirtualMachine", Name: "vm"},
-			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VeleroBackupStrategy", Name: "s"}, TakenAt: metav1.Now()}}
+			PlanRef:     &corev1.LocalObjectReference{Name: "nightly"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VeleroBackupStrategy", Name: "s"}, TakenAt: taken,
+			DriverMetadata: map[string]string{"velero.io/backup": "b"}}}
 	require.NoError(t, env.Client.Create(ctx, b))
-	b.Status.UnderlyingResources = &runtime.RawExtension{Raw: []byte(`{"apiVersion":"apps.cozystack.io/v1alpha1","kind":"VMInstance","disks":["` + big + `"]}`)}
+	b.Status = backupsv1.BackupStatus{Phase: backupsv1.BackupReady,
+		Artifact:            &backupsv1.BackupArtifact{URI: "s3://bucket/b.tar", SizeBytes: 42},
+		UnderlyingResources: &runtime.RawExtension{Raw: []byte(`{"apiVersion":"apps.cozystack.io/v1alpha1","kind":"VMInstance","disks":["` + big + `"]}`)},
+		Verification: &backupsv1.BackupVerification{Checksum: &backupsv1.VerificationVerdict{Result: backupsv1.VerificationFailed, Time: taken,
+			Message: "checksum differs", Failures: 2, ResultRef: &backupsv1.VerificationResultRef{Namespace: "ugallu-system", Name: "r"}}},
+		Conditions: []metav1.Condition{{Type: backupsv1.ConditionVerified, Status: metav1.ConditionFalse, Reason: "ChecksumMismatch",
+			Message: strings.Repeat("m", 1000), LastTransitionTime: taken}}}
 	require.NoError(t, env.Client.Status().Update(ctx, b))
 	cachedB := &backupsv1.Backup{}
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return c.Get(ctx, client.ObjectKeyFromObject(b), cachedB) == nil && cachedB.ResourceVersion == b.ResourceVersion, nil
 	}))
+	assert.Equal(t, map[string]string{backupsv1.LabelImported: "true"}, cachedB.Labels)
+	assert.Equal(t, map[string]string{backupsv1.AnnotationAdopted: "true"}, cachedB.Annotations)
+	assert.True(t, cachedB.Imported() && cachedB.Adopted() && !cachedB.ReadOnly())
+	assert.Equal(t, b.Spec.ApplicationRef, cachedB.Spec.ApplicationRef)
+	assert.Equal(t, b.Spec.PlanRef, cachedB.Spec.PlanRef)
+	assert.Equal(t, b.Spec.StrategyRef, cachedB.Spec.StrategyRef)
+	assert.True(t, taken.Equal(&cachedB.Spec.TakenAt))
+	assert.Nil(t, cachedB.Spec.DriverMetadata)
+	assert.Nil(t, cachedB.Status.Artifact)
 	assert.Nil(t, cachedB.Status.UnderlyingResources)
+	assert.Equal(t, backupsv1.BackupReady, cachedB.Status.Phase)
+	if assert.Len(t, cachedB.Status.Conditions, 1) {
+		got := cachedB.Status.Conditions[0]
+		assert.Equal(t, []string{backupsv1.ConditionVerified, "False", "ChecksumMismatch", ""}, []string{got.Type, string(got.Status), got.Reason, got.Message})
+	}
+	if assert.NotNil(t, cachedB.Status.Verification) && assert.NotNil(t, cachedB.Status.Verification.Checksum) {
+		v := cachedB.Status.Verification.Checksum
+		assert.Equal(t, backupsv1.VerificationFailed, v.Result)
+		assert.Equal(t, int32(2), v.Failures)
+		assert.Empty(t, v.Message)
+		assert.Nil(t, v.ResultRef)
+	}
+	assert.True(t, cachedB.VerifyFailureConfirmed(), "retention reads the verdicts as the server holds them")
 	stored := &backupsv1.Backup{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(b), stored))
 	assert.JSONEq(t, string(b.Status.UnderlyingResources.Raw), string(stored.Status.UnderlyingResources.Raw), "the API server keeps it whole")
-
+	assert.Equal(t, b.Labels, stored.Labels)
+	assert.Equal(t, strings.Repeat("m", 1000), stored.Status.Conditions[0].Message)
 }

@@ -107,18 +107,51 @@ func StartWithEnv(bin string, env []string, args ...string) (*Process, error) {
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // PeakRSSBytes reads the process's peak resident set size (VmHWM) from /proc.
-func (p *Process) PeakRSSBytes() (int64, error) {
+func (p *Process) PeakRSSBytes() (int64, error) { return p.statusBytes("VmHWM:") }
+
+// RSSBytes reads the process's resident set size now (VmRSS) from /proc.
+func (p *Process) RSSBytes() (int64, error) { return p.statusBytes("VmRSS:") }
+
+// statusBytes reads a size in kB of /proc/<pid>/status.
+func (p *Process) statusBytes(field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			return kb * 1024, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", p.Pid())
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, p.Pid())
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on every Linux
+// architecture Go supports).
+const clockTicks = 100
+
+// CPUSeconds reads the CPU time the process has used so far (user and system) from /proc.
+func (p *Process) CPUSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces: fields count from its end.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", p.Pid(), b)
+	}
+	utime, err := strconv.ParseFloat(f[11], 64) // field 14
+	if err != nil {
+		return 0, err
+	}
+	stime, err := strconv.ParseFloat(f[12], 64) // field 15
+	if err != nil {
+		return 0, err
+	}
+	return (utime + stime) / clockTicks, nil
 }
 
 // Stop sends SIGTERM and waits (SIGKILL after grace). Stopping a stopped process returns at once.

@@ -1,0 +1,324 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+)
+
+// The sizes of BenchmarkScale: COFFER_BENCH_SCALE_NAMESPACES, COFFER_BENCH_SCALE_PLANS and
+// COFFER_BENCH_SCALE_BACKUPS override them (the Plans and the Backups are spread evenly over the
+// namespaces, the Backups over the Plans). COFFER_BENCH_SCALE_STEADY is the steady-state window.
+var (
+	scaleNamespaces = envInt("COFFER_BENCH_SCALE_NAMESPACES", 1000)
+	scalePlans      = envInt("COFFER_BENCH_SCALE_PLANS", 10000)
+	scaleBackups    = envInt("COFFER_BENCH_SCALE_BACKUPS", 100000)
+	scaleSteady     = time.Duration(envInt("COFFER_BENCH_SCALE_STEADY", 60)) * time.Second
+)
+
+// BenchmarkScale measures every component at scale on a real API server: 10,000 Plans and
+// 100,000 Backups over 1,000 namespaces exist before the components start (as after a restart or
+// an upgrade), so each one's first list holds all of them. The Backups are as drivers leave them
+// (labels, driver metadata, an artifact, a checksum verdict, three conditions with messages) and
+// name a strategy of a third-party kind, which no component of the bench runs: the bench
+// measures what every component pays for the objects it caches and watches, not a driver's work
+// on Backups of its own. No Plan ticks during the bench (each is due once a year, months away).
+//
+// Each component is started as deploy/ runs it (its own binary, its ServiceAccount, its shipped
+// RBAC). Once every component has drained its work queues, the bench measures a steady state of
+// COFFER_BENCH_SCALE_STEADY (60 s) and reports per component: peak RSS (VmHWM) since start, CPU
+// seconds per minute and API requests per minute over the steady state (its own client metrics),
+// and the work queues' depth at the end. Run it with -benchtime=1x.
+func BenchmarkScale(b *testing.B) {
+	for range b.N {
+		scale(b)
+	}
+}
+
+func scale(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	root, err := manifests.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := cluster.Start(ctx, cluster.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = c.Stop() }()
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	cl, err := client.New(cfg, client.Options{Scheme: cluster.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	assets, veleroErr := velerostack.Assets()
+	if veleroErr == nil {
+		veleroErr = velerostack.InstallCRDs(ctx, cl, filepath.Join(assets, "velero"))
+	}
+	if err := manifests.InstallNodeless(ctx, cl, root); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := createScale(ctx, cl); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d namespaces, %d Plans and %d Backups created in %s", scaleNamespaces, scalePlans, scaleBackups, time.Since(start).Round(time.Second))
+
+	bin := filepath.Join(c.Dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	specs := []components.Spec{
+		{Module: "core-controller", Binary: "core-controller", Namespace: "coffer-system"},
+		{Module: "driver-job", Binary: "driver-job", Namespace: "coffer-system"},
+		{Module: "verifier", Binary: "verifier", Namespace: "ugallu-system",
+			Args: []string{"--cluster-id=scale", "--cluster-name=coffer-scale", "--etcd-snapshot-dir=" + b.TempDir()}},
+	}
+	if veleroErr == nil {
+		specs = append(specs, components.Spec{Module: "driver-velero", Binary: "driver-velero", Namespace: "coffer-system"})
+	} else {
+		b.Logf("driver-velero not measured, without Velero's CRDs: %v", veleroErr)
+	}
+	// Built before the clock starts: a build is no component's cost.
+	for _, s := range specs {
+		if _, err := components.Build(root, s.Module, s.Binary, bin); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	var comps []*components.Component
+	for _, s := range specs {
+		comp, err := components.Launch(root, bin, c.Kubeconfig, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer components.StopAndCheck(b, comp)
+		comps = append(comps, comp)
+	}
+	synced := time.Now()
+	for _, comp := range comps {
+		if err := waitDrained(ctx, comp); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%s drained its queues %s after start", comp.Binary, time.Since(synced).Round(time.Second))
+	}
+	b.Logf("every component drained its queues %s after start", time.Since(synced).Round(time.Second))
+
+	type sample struct {
+		cpu      float64
+		requests float64
+	}
+	before := make([]sample, len(comps))
+	for i, comp := range comps {
+		m, err := comp.Metrics()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu, err := comp.CPUSeconds()
+		if err != nil {
+			b.Fatal(err)
+		}
+		before[i] = sample{cpu, metricSum(m, "rest_client_requests_total")}
+	}
+	time.Sleep(scaleSteady)
+	b.StopTimer()
+	fmt.Fprintf(os.Stdout, "| component | peak RSS | RSS at end | CPU s/min | API requests/min | queue depth |\n|---|---|---|---|---|---|\n")
+	for i, comp := range comps {
+		m, err := comp.Metrics()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu, err := comp.CPUSeconds()
+		if err != nil {
+			b.Fatal(err)
+		}
+		peak, err := comp.PeakRSSBytes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss, err := comp.RSSBytes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		perMin := time.Minute.Seconds() / scaleSteady.Seconds()
+		cpuMin := (cpu - before[i].cpu) * perMin
+		reqMin := (metricSum(m, "rest_client_requests_total") - before[i].requests) * perMin
+		depth := metricSum(m, "workqueue_depth")
+		b.ReportMetric(float64(peak)/(1<<20), comp.Binary+"-peak-RSS-MiB")
+		b.ReportMetric(cpuMin, comp.Binary+"-CPU-s/min")
+		b.ReportMetric(reqMin, comp.Binary+"-requests/min")
+		fmt.Fprintf(os.Stdout, "| %s | %.0f MiB | %.0f MiB | %.2f | %.0f | %.0f |\n", comp.Binary,
+			float64(peak)/(1<<20), float64(rss)/(1<<20), cpuMin, reqMin, depth)
+	}
+}
+
+// createScale creates the namespaces, a BackupClass, the Plans and the Backups (with status), 32
+// requests at a time.
+func createScale(ctx context.Context, cl client.Client) error {
+	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "VirtualMachine"},
+			StrategyRef: toyStrategy}},
+	}}
+	if err := cl.Create(ctx, class); err != nil {
+		return err
+	}
+	run := func(n int, do func(i int) error) error {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+					if err := do(i); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+	nsName := func(i int) string { return fmt.Sprintf("tenant-%04d", i%scaleNamespaces) }
+	if err := run(scaleNamespaces, func(i int) error {
+		return cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i)}})
+	}); err != nil {
+		return err
+	}
+	// Due once a year, half a year from now: no Plan ticks during the bench.
+	due := time.Now().AddDate(0, 6, 0)
+	cron := fmt.Sprintf("%d %d %d %d *", due.Minute(), due.Hour(), min(due.Day(), 28), int(due.Month()))
+	if err := run(scalePlans, func(i int) error {
+		return cl.Create(ctx, &backupsv1.Plan{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: nsName(i)},
+			Spec: backupsv1.PlanSpec{
+				ApplicationRef:  corev1.TypedLocalObjectReference{APIGroup: ptr("apps.cozystack.io"), Kind: "VirtualMachine", Name: fmt.Sprintf("vm-%05d", i)},
+				BackupClassName: "default",
+				Schedule:        backupsv1.PlanSchedule{Cron: cron},
+			},
+		})
+	}); err != nil {
+		return err
+	}
+	return run(scaleBackups, func(i int) error {
+		b := scaleBackup(i, nsName)
+		status := b.Status
+		if err := cl.Create(ctx, b); err != nil {
+			return err
+		}
+		b.Status = status
+		return cl.Status().Update(ctx, b)
+	})
+}
+
+var toyStrategy = corev1.TypedLocalObjectReference{APIGroup: ptr("toy.example.com"), Kind: "ToyBackupStrategy", Name: "nightly"}
+
+// scaleBackup is Backup i as a driver leaves a good one: Plan i%scalePlans's, taken on one of the
+// last days.
+func scaleBackup(i int, nsName func(int) string) *backupsv1.Backup {
+	plan := i % scalePlans
+	app := corev1.TypedLocalObjectReference{APIGroup: ptr("apps.cozystack.io"), Kind: "VirtualMachine", Name: fmt.Sprintf("vm-%05d", plan)}
+	taken := metav1.NewTime(time.Now().Add(-time.Duration(i/scalePlans+1) * 24 * time.Hour).Truncate(time.Second))
+	labels := backupsv1.ApplicationLabels(app)
+	labels[backupsv1.LabelBackupJobUID] = fmt.Sprintf("%08x-0000-4000-8000-%012x", rand.Uint32(), i)
+	labels[backupsv1.LabelManagedBy] = "toy"
+	labels[backupsv1.LabelPlan] = backupsv1.PlanLabelValue(fmt.Sprintf("p-%05d", plan))
+	name := fmt.Sprintf("p-%05d-%d", plan, taken.Unix())
+	cond := func(t, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: reason, Message: msg, LastTransitionTime: taken}
+	}
+	return &backupsv1.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsName(plan), Labels: labels},
+		Spec: backupsv1.BackupSpec{
+			ApplicationRef: app, PlanRef: &corev1.LocalObjectReference{Name: fmt.Sprintf("p-%05d", plan)},
+			StrategyRef: toyStrategy, TakenAt: taken,
+			DriverMetadata: map[string]string{"toy.example.com/run": name, "toy.example.com/location": "default"},
+		},
+		Status: backupsv1.BackupStatus{
+			Phase: backupsv1.BackupReady,
+			Artifact: &backupsv1.BackupArtifact{URI: "s3://coffer/" + nsName(plan) + "/" + name + ".tar", SizeBytes: 1 << 30,
+				Checksum: "sha256:" + strings.Repeat(strconv.FormatInt(int64(i%16), 16), 64)},
+			Conditions: []metav1.Condition{
+				cond(backupsv1.ConditionReady, "BackupSucceeded", "The backup completed and its artifact is stored"),
+				cond(backupsv1.ConditionArtifactAvailable, "ArtifactFound", "The artifact was found in storage at the last check"),
+				cond(backupsv1.ConditionVerified, backupsv1.ReasonRestoreVerified, "A full-restore verification restored the backup into a sandbox and matched every object"),
+			},
+		},
+	}
+}
+
+// waitDrained waits until a component has worked off what its start queued: its work queues are
+// empty and took nothing new for 10 s, having taken something (a component whose controllers have
+// nothing to queue, the verifier without runs or policies, is given a minute to list).
+func waitDrained(ctx context.Context, comp *components.Component) error {
+	started := time.Now()
+	quiet, adds, last := 0, -1.0, ""
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 20*time.Minute, true, func(context.Context) (bool, error) {
+		if comp.Exited() {
+			return false, fmt.Errorf("%s exited:\n%s", comp.Binary, comp.Tail())
+		}
+		m, err := comp.Metrics()
+		if err != nil {
+			quiet, last = 0, err.Error()
+			return false, nil
+		}
+		a, depth := metricSum(m, "workqueue_adds_total"), metricSum(m, "workqueue_depth")
+		last = fmt.Sprintf("%.0f added, depth %.0f", a, depth)
+		if depth == 0 && a == adds && (a > 0 || time.Since(started) > time.Minute) {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		adds = a
+		return quiet >= 2, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s to drain its queues (%s): %w", comp.Binary, last, err)
+	}
+	return nil
+}
+
+// metricSum sums every sample of a metric (all its label sets) in a Prometheus text exposition.
+func metricSum(metrics, name string) float64 {
+	sum := 0.0
+	sc := bufio.NewScanner(strings.NewReader(metrics))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
