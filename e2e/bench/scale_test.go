@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
@@ -102,8 +104,14 @@ func scale(b *testing.B) {
 	} else {
 		b.Logf("driver-velero not measured, without Velero's CRDs: %v", veleroErr)
 	}
-	// Built before the clock starts: a build is no component's cost.
-	for _, s := range specs {
+	// Built before the clock starts: a build is no component's cost. Each runs with the
+	// environment its Deployment sets (GOMEMLIMIT).
+	for i, s := range specs {
+		env, err := deploymentEnv(root, s.Module)
+		if err != nil {
+			b.Fatal(err)
+		}
+		specs[i].Env = env
 		if _, err := components.Build(root, s.Module, s.Binary, bin); err != nil {
 			b.Fatal(err)
 		}
@@ -271,6 +279,28 @@ func scaleBackup(i int, nsName func(int) string) *backupsv1.Backup {
 			},
 		},
 	}
+}
+
+// deploymentEnv is the literal environment (name and value, none read from a reference) of the
+// manager container of deploy/<module>/manager/deployment.yaml.
+func deploymentEnv(root, module string) ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(root, "deploy", module, "manager", "deployment.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	d := &appsv1.Deployment{}
+	if err := yaml.UnmarshalStrict(data, d); err != nil {
+		return nil, fmt.Errorf("deploy/%s/manager/deployment.yaml: %w", module, err)
+	}
+	var env []string
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if c.Name == "manager" && e.ValueFrom == nil && e.Value != "" {
+				env = append(env, e.Name+"="+e.Value)
+			}
+		}
+	}
+	return env, nil
 }
 
 // waitDrained waits until a component has worked off what its start queued: its work queues are

@@ -306,17 +306,18 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 		}
 	}
 
+	// Every minute over every Backup of the cluster: the cache's own objects are read in place
+	// (not copied, never written) and only the due ones copied.
 	backups := &backupsv1.BackupList{}
-	if err := d.Client.List(ctx, backups); err != nil {
+	if err := d.Client.List(ctx, backups, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the Backups: %w", err)
 	}
 	var due []*backupsv1.Backup
 	for i := range backups.Items {
-		b := &backupsv1.Backup{}
-		backups.Items[i].DeepCopyInto(b)
+		b := &backups.Items[i]
 		if backupsv1.StrategyIs(b.Spec.StrategyRef, jobapi.Group, jobapi.Kind) && b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil &&
 			b.DeletionTimestamp.IsZero() && !busy[client.ObjectKeyFromObject(b)] && !d.nextCheck(b).After(now) {
-			due = append(due, b)
+			due = append(due, b.DeepCopy())
 		}
 	}
 	sort.SliceStable(due, func(i, k int) bool {

@@ -258,6 +258,8 @@ type Spec struct {
 	// Args are added to the flags every component takes (kubeconfig, leader election, metrics on a
 	// free loopback port, probes off).
 	Args []string
+	// Env is added to the environment the component inherits ("NAME=value").
+	Env []string
 }
 
 // Component is a running component that can be killed and started again with the same flags.
@@ -316,7 +318,11 @@ func Launch(root, binDir, adminKubeconfig string, s Spec) (*Component, error) {
 func (c *Component) Restart() error {
 	args := append([]string{"--kubeconfig=" + c.kubeconfig, "--leader-elect=true", "--leader-election-namespace=" + c.Namespace,
 		"--metrics-bind-address=" + c.metricsAddr, "--health-probe-bind-address=0"}, c.Args...)
-	p, err := Start(c.bin, args...)
+	var env []string
+	if len(c.Env) > 0 {
+		env = append(os.Environ(), c.Env...)
+	}
+	p, err := StartWithEnv(c.bin, env, args...)
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", c.Binary, err)
 	}
