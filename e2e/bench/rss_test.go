@@ -61,30 +61,7 @@ func BenchmarkControllerRSS(b *testing.B) {
 func controllerRSS(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	root, err := manifests.RepoRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
-	// driver-velero watches Velero's kinds: it runs when Velero's CRDs can be installed (make bench
-	// sets COFFER_VELERO_ASSETS), and is left out, said in the log, otherwise.
-	assets, veleroErr := velerostack.Assets()
-	c, err := cluster.Start(ctx, cluster.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = c.Stop() }()
-	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	cl, err := client.New(cfg, client.Options{Scheme: cluster.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if veleroErr == nil {
-		veleroErr = velerostack.InstallCRDs(ctx, cl, filepath.Join(assets, "velero"))
-	}
-	if err := manifests.InstallNodeless(ctx, cl, root); err != nil {
-		b.Fatal(err)
-	}
+	root, c, cl, veleroErr := nodelessCluster(ctx, b)
 	ns, err := c.Namespace(ctx, "tenant")
 	if err != nil {
 		b.Fatal(err)
@@ -142,6 +119,37 @@ func controllerRSS(b *testing.B) {
 		row += fmt.Sprintf(" %.0f MiB |", mib)
 	}
 	fmt.Fprintln(os.Stdout, row)
+}
+
+// nodelessCluster starts a local API server with deploy/ installed (CRDs, RBAC, admission
+// policies) and Velero's CRDs when they can be had (make bench sets COFFER_VELERO_ASSETS;
+// veleroErr says why not, and driver-velero, which watches Velero's kinds, is then left out),
+// and returns the repository root, the cluster (stopped at the end of the benchmark) and an
+// unthrottled admin client.
+func nodelessCluster(ctx context.Context, b *testing.B) (root string, c *cluster.Cluster, cl client.Client, veleroErr error) {
+	root, err := manifests.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	assets, veleroErr := velerostack.Assets()
+	c, err = cluster.Start(ctx, cluster.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Stop() })
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	cl, err = client.New(cfg, client.Options{Scheme: cluster.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if veleroErr == nil {
+		veleroErr = velerostack.InstallCRDs(ctx, cl, filepath.Join(assets, "velero"))
+	}
+	if err := manifests.InstallNodeless(ctx, cl, root); err != nil {
+		b.Fatal(err)
+	}
+	return root, c, cl, veleroErr
 }
 
 // createRestoreJobs creates rjCount RestoreJobs of the configured size in ns and returns the size

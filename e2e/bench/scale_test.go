@@ -18,15 +18,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/components"
-	"github.com/coffer-backup/coffer/e2e/harness/manifests"
-	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // The sizes of BenchmarkScale: COFFER_BENCH_SCALE_NAMESPACES, COFFER_BENCH_SCALE_PLANS and
@@ -61,28 +57,7 @@ func BenchmarkScale(b *testing.B) {
 func scale(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
-	root, err := manifests.RepoRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := cluster.Start(ctx, cluster.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = c.Stop() }()
-	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS, cfg.Burst = -1, 0
-	cl, err := client.New(cfg, client.Options{Scheme: cluster.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	assets, veleroErr := velerostack.Assets()
-	if veleroErr == nil {
-		veleroErr = velerostack.InstallCRDs(ctx, cl, filepath.Join(assets, "velero"))
-	}
-	if err := manifests.InstallNodeless(ctx, cl, root); err != nil {
-		b.Fatal(err)
-	}
+	root, c, cl, veleroErr := nodelessCluster(ctx, b)
 	start := time.Now()
 	if err := createScale(ctx, cl); err != nil {
 		b.Fatal(err)
@@ -142,24 +117,16 @@ func scale(b *testing.B) {
 	}
 	b.Logf("every component drained its queues or failed %s after start", time.Since(synced).Round(time.Second))
 
-	type sample struct {
-		cpu      float64
-		requests float64
-	}
-	before := make([]sample, len(comps))
+	before := make([]usage, len(comps))
 	for i, comp := range comps {
 		if failed[i] != "" {
 			continue
 		}
-		m, err := comp.Metrics()
+		u, err := usageOf(comp)
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpu, err := comp.CPUSeconds()
-		if err != nil {
-			b.Fatal(err)
-		}
-		before[i] = sample{cpu, metricSum(m, "rest_client_requests_total")}
+		before[i] = u
 	}
 	time.Sleep(scaleSteady)
 	b.StopTimer()
@@ -169,11 +136,7 @@ func scale(b *testing.B) {
 			fmt.Fprintf(os.Stdout, "| %s | %.0f MiB (last seen) | failed: %s | | | |\n", comp.Binary, float64(peaks[i])/(1<<20), failed[i])
 			continue
 		}
-		m, err := comp.Metrics()
-		if err != nil {
-			b.Fatal(err)
-		}
-		cpu, err := comp.CPUSeconds()
+		after, err := usageOf(comp)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -186,15 +149,31 @@ func scale(b *testing.B) {
 			b.Fatal(err)
 		}
 		perMin := time.Minute.Seconds() / scaleSteady.Seconds()
-		cpuMin := (cpu - before[i].cpu) * perMin
-		reqMin := (metricSum(m, "rest_client_requests_total") - before[i].requests) * perMin
-		depth := metricSum(m, "workqueue_depth")
+		cpuMin := (after.cpu - before[i].cpu) * perMin
+		reqMin := (after.requests - before[i].requests) * perMin
+		depth := after.depth
 		b.ReportMetric(float64(peak)/(1<<20), comp.Binary+"-peak-RSS-MiB")
 		b.ReportMetric(cpuMin, comp.Binary+"-CPU-s/min")
 		b.ReportMetric(reqMin, comp.Binary+"-requests/min")
 		fmt.Fprintf(os.Stdout, "| %s | %.0f MiB | %.0f MiB | %.2f | %.0f | %.0f |\n", comp.Binary,
 			float64(peak)/(1<<20), float64(rss)/(1<<20), cpuMin, reqMin, depth)
 	}
+}
+
+// usage is what a component has used so far: CPU seconds and API requests (its client's
+// rest_client_requests_total), and its work queues' depth now.
+type usage struct{ cpu, requests, depth float64 }
+
+func usageOf(comp *components.Component) (usage, error) {
+	m, err := comp.Metrics()
+	if err != nil {
+		return usage{}, err
+	}
+	cpu, err := comp.CPUSeconds()
+	if err != nil {
+		return usage{}, err
+	}
+	return usage{cpu: cpu, requests: metricSum(m, "rest_client_requests_total"), depth: metricSum(m, "workqueue_depth")}, nil
 }
 
 // createScale creates the namespaces, a BackupClass, the Plans and the Backups (with status), 32
