@@ -199,7 +199,10 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 		case apierrors.IsAlreadyExists(err):
 			// Ours, and not yet in the cache that listed them, or someone else's.
 			existing := &backupsv1.Backup{}
-			if err := c.Client.Get(ctx, key, existing); err != nil {
+			if err := c.Client.Get(ctx, key, existing); apierrors.IsNotFound(err) {
+				// A driver caches only the Backups of its strategy kind (CacheBackupsOf).
+				return nil, false, fmt.Sprintf("a Backup %s of another strategy kind exists; it is left alone", key), nil
+			} else if err != nil {
 				return nil, false, "", fmt.Errorf("reading Backup %s, which exists: %w", key, err)
 			}
 			if !c.importOf(existing, e) {

@@ -166,7 +166,9 @@ type VerificationResultRef struct {
 // carries no ownerReference to the BackupJob that made it; deleting it runs the owning driver's
 // finalizer, which deletes the artifact. The Backups of one application are listed with the field
 // selectors spec.applicationRef.kind and spec.applicationRef.name, or with the labels
-// backups.cozystack.io/application-kind and backups.cozystack.io/application-name.
+// backups.cozystack.io/application-kind and backups.cozystack.io/application-name. A driver
+// watches only the Backups of its own strategy kind, with the field selectors
+// spec.strategyRef.apiGroup and spec.strategyRef.kind.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -176,6 +178,8 @@ type VerificationResultRef struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.applicationRef.apiGroup`
 // +kubebuilder:selectablefield:JSONPath=`.spec.applicationRef.kind`
 // +kubebuilder:selectablefield:JSONPath=`.spec.applicationRef.name`
+// +kubebuilder:selectablefield:JSONPath=`.spec.strategyRef.apiGroup`
+// +kubebuilder:selectablefield:JSONPath=`.spec.strategyRef.kind`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Application",type=string,JSONPath=`.spec.applicationRef.name`
 // +kubebuilder:printcolumn:name="Taken",type=date,JSONPath=`.spec.takenAt`

@@ -88,6 +88,9 @@ type Driver struct {
 
 var _ driverkit.Driver[Strategy] = (*Driver)(nil)
 
+// Kind is the driver's strategy kind.
+var Kind = driverkit.StrategyKind{Group: jobapi.Group, Kind: jobapi.Kind}
+
 // Scheme knows the kinds the driver reads and writes.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -97,13 +100,13 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// CacheOptions caches only the driver's own Jobs, not every Job in the cluster; pods are read
-// uncached, once per finished Job. Every cached object is trimmed to what the driver reads
-// (cacheTransform).
+// CacheOptions caches only the driver's own Jobs, not every Job in the cluster, and only the
+// Backups of its strategy kind; pods are read uncached, once per finished Job. Every cached
+// object is trimmed to what the driver reads (cacheTransform).
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cacheTransform(), ByObject: map[client.Object]cache.ByObject{
+	return driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cacheTransform(), ByObject: map[client.Object]cache.ByObject{
 		&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{backupsv1.LabelManagedBy: names.DriverName})},
-	}}
+	}}, Kind)
 }
 
 // metrics are created once per process (they are registered on controller-runtime's registry).
@@ -117,7 +120,7 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 	}
 	d.kit = &Kit{
 		Name:              names.DriverName,
-		Strategy:          driverkit.StrategyKind{Group: jobapi.Group, Kind: jobapi.Kind},
+		Strategy:          Kind,
 		NewStrategy:       func() Strategy { return &jobapi.JobBackupStrategy{} },
 		Finalizer:         names.Finalizer,
 		Driver:            d,

@@ -19,8 +19,9 @@ var cacheAnnotations = cachetrim.Merge(driverkit.CacheAnnotations, cachetrim.Kee
 })
 
 // CacheOptions trim every cached object to what the driver reads (docs/security.md, "Bounds and
-// caches"): no managedFields and only cacheAnnotations. The driver writes cached objects only with
-// Patch and Status().Patch, so nothing dropped is written back.
+// caches"): no managedFields and only cacheAnnotations; of the Backups only those of the driver's
+// strategy kind are cached. The driver writes cached objects only with Patch and Status().Patch,
+// so nothing dropped is written back.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations)}
+	return driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations)}, Kind)
 }

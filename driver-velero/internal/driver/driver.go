@@ -83,6 +83,9 @@ type Driver struct {
 
 var _ driverkit.Driver[Strategy] = (*Driver)(nil)
 
+// Kind is the driver's strategy kind.
+var Kind = driverkit.StrategyKind{Group: veleroapi.Group, Kind: veleroapi.Kind}
+
 // Scheme knows the kinds the driver reads and writes.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -101,7 +104,7 @@ func New(d *Driver) *Kit {
 	toRun := handler.EnqueueRequestsFromMapFunc(names.RunOf)
 	d.kit = &Kit{
 		Name:        names.DriverName,
-		Strategy:    driverkit.StrategyKind{Group: veleroapi.Group, Kind: veleroapi.Kind},
+		Strategy:    Kind,
 		NewStrategy: func() Strategy { return &veleroapi.VeleroBackupStrategy{} },
 		Finalizer:   names.Finalizer,
 		Driver:      d,

@@ -102,8 +102,9 @@ func main() {
 
 // cacheAnnotations are the only annotations the verifier reads on what it caches: the checksum
 // driver-velero records on a Velero Backup. Every cached object is trimmed to them and loses its
-// managedFields (docs/security.md, "Bounds and caches"); the restored objects a verification
-// compares are read uncached, whole.
+// managedFields, and Backups are cut to what policies read (policy.TrimCachedBackup;
+// docs/security.md, "Bounds and caches"); the restored objects a verification compares, a run's
+// Backup and the Backup a verdict is written on are read uncached, whole.
 var cacheAnnotations = cachetrim.Keep{backupsv1.AnnotationChecksum: 80}
 
 func run(ctx context.Context, o options) error {
@@ -119,7 +120,7 @@ func run(ctx context.Context, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "backup-verify.security.ugallu.io",
 		LeaderElectionNamespace: o.leaderNS,
-		Cache:                   cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations)},
+		Cache:                   cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -203,7 +204,7 @@ func run(ctx context.Context, o options) error {
 		}
 		coffer = false
 		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: coffer BackupVerifyPolicies are not acted on and no verdict is recorded; restart the verifier once they are")
-	} else if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	} else if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),

@@ -36,6 +36,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -43,6 +44,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/cachetrim"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/verifier/internal/policy"
@@ -650,12 +652,14 @@ func TestPolicyGone(t *testing.T) {
 	assert.Equal(t, reconcile.Result{}, res)
 }
 
-// TestSetupWithManager runs the reconciler in a manager: the Plan index on the cache and the
-// watches make a Backup that turns Ready, and a run that ends, lead to the next runs.
+// TestSetupWithManager runs the reconciler in a manager whose cache cuts Backups as the
+// verifier's does (TrimCachedBackup): the Plan index on the cache and the watches make a Backup
+// that turns Ready, and a run that ends, lead to the next runs.
 func TestSetupWithManager(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(f.ctx)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: cluster.Scheme,
+		Cache:   cache.Options{DefaultTransform: cachetrim.Transform(nil, policy.TrimCachedBackup)},
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	require.NoError(t, err)
@@ -684,6 +688,13 @@ func TestSetupWithManager(t *testing.T) {
 
 	f.ready(b1)
 	eventually("b1's run", func() bool { return len(f.runsIn(ns)) == 1 })
+	cached := &backupsv1.Backup{}
+	require.NoError(t, mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(b1), cached))
+	assert.Equal(t, b1.Spec.PlanRef, cached.Spec.PlanRef)
+	assert.Equal(t, backupsv1.BackupReady, cached.Status.Phase)
+	assert.Equal(t, &backupsv1.BackupArtifact{}, cached.Status.Artifact, "the cache says an artifact is recorded, not where")
+	assert.Empty(t, cached.Spec.ApplicationRef.Name, "what policies do not read is not cached")
+	assert.Empty(t, cached.Spec.StrategyRef.Name)
 	require.Equal(t, runNames(securityv1.ModeChecksumOnly, b1), f.runsIn(ns))
 	f.ready(b2)
 	eventually("b2 pending", func() bool { st := f.get(pol).Status; return st.PendingBackups == 1 && st.ActiveRuns == 1 })

@@ -30,6 +30,10 @@ import (
 // twice changes nothing).
 type VerdictReconciler struct {
 	Client client.Client
+	// Reader reads the Backup a verdict is written on, uncached: the verifier's cache holds
+	// Backups cut to what policies read (policy.TrimCachedBackup), and a patch computed from
+	// such a copy would erase what the cut dropped. Nil means Client.
+	Reader client.Reader
 }
 
 // Reconcile records the verdict of one ended coffer run.
@@ -50,7 +54,7 @@ func (r *VerdictReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if res.Spec.RunUID() != run.UID {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, recordVerdict(ctx, r.Client, run, res, ready.Reason, run.Status.Message, *run.Status.CompletionTime)
+	return reconcile.Result{}, recordVerdict(ctx, r.reader(), r.Client, run, res, ready.Reason, run.Status.Message, *run.Status.CompletionTime)
 }
 
 func endedCofferRun(run *securityv1.BackupVerifyRun) bool {
@@ -70,18 +74,26 @@ func (r *VerdictReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// recordVerdict writes a coffer run's verdict on its Backup: the mode's entry of
+// reader is what the Backup a verdict is written on is read with (Reader, else Client).
+func (r *VerdictReconciler) reader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
+}
+
+// recordVerdict writes a coffer run's verdict on its Backup, read with rd: the mode's entry of
 // status.verification and the Verified condition, in one optimistic write. A run that could not be
 // carried out (BackupVerifyFailed) is no verdict and writes nothing; neither does a run whose
 // Backup is gone or was replaced (another UID than the one the run was made for), nor an older
 // verdict than the one recorded. Writing the same verdict twice changes nothing.
-func recordVerdict(ctx context.Context, c client.Client, run *securityv1.BackupVerifyRun, res *securityv1.BackupVerifyResult, eventType, msg string, now metav1.Time) error {
+func recordVerdict(ctx context.Context, rd client.Reader, c client.Client, run *securityv1.BackupVerifyRun, res *securityv1.BackupVerifyResult, eventType, msg string, now metav1.Time) error {
 	if run.Spec.Backend != securityv1.BackendCoffer || eventType == securityv1.EventBackupVerifyFailed || saysNothingOfTheBackup(res) {
 		return nil
 	}
 	key := run.CofferBackup()
 	b := &backupsv1.Backup{}
-	if err := c.Get(ctx, key, b); err != nil {
+	if err := rd.Get(ctx, key, b); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

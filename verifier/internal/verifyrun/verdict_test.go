@@ -23,6 +23,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/policy"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 )
 
@@ -123,7 +124,7 @@ func TestVerifiedCondition(t *testing.T) {
 type verdictFixture struct {
 	t   *testing.T
 	ctx context.Context
-	r   *Reconciler
+	r   *VerdictReconciler
 	b   *backupsv1.Backup
 }
 
@@ -145,7 +146,7 @@ func newVerdictFixture(t *testing.T) *verdictFixture {
 	b.Status.Conditions = []metav1.Condition{{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue,
 		Reason: "ArtifactFound", Message: "the driver saw it", LastTransitionTime: metav1.NewTime(v0.Add(-time.Hour))}}
 	require.NoError(t, cl.Status().Patch(ctx, b, client.MergeFrom(orig)))
-	return &verdictFixture{t: t, ctx: ctx, r: &Reconciler{Client: cl}, b: b}
+	return &verdictFixture{t: t, ctx: ctx, r: &VerdictReconciler{Client: cl}, b: b}
 }
 
 // run is a coffer run of the fixture's Backup, made for its UID.
@@ -159,9 +160,9 @@ func (f *verdictFixture) run(name string, m securityv1.Mode) *securityv1.BackupV
 
 // record calls recordVerdict as run's finish does at time at, with the run's Result (named
 // "<run>-result").
-func (f *verdictFixture) record(r *Reconciler, run *securityv1.BackupVerifyRun, at time.Time, eventType, msg string) error {
+func (f *verdictFixture) record(r *VerdictReconciler, run *securityv1.BackupVerifyRun, at time.Time, eventType, msg string) error {
 	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)}}
-	return recordVerdict(f.ctx, r.Client, run, res, eventType, msg, metav1.NewTime(at))
+	return recordVerdict(f.ctx, r.reader(), r.Client, run, res, eventType, msg, metav1.NewTime(at))
 }
 
 func (f *verdictFixture) get() *backupsv1.Backup {
@@ -189,6 +190,28 @@ func assertVerdict(t *testing.T, want, got *backupsv1.VerificationVerdict) {
 	w, g := *want, *got
 	w.Time, g.Time = metav1.Time{}, metav1.Time{}
 	assert.Equal(t, w, g)
+}
+
+// The verifier's cache holds Backups cut to what policies read (policy.TrimCachedBackup). A
+// verdict is computed from a live read, so what the cut dropped (the driver's condition, the
+// artifact, the application) stays on the server as the driver wrote it.
+func TestVerdictIsWrittenFromALiveRead(t *testing.T) {
+	f := newVerdictFixture(t)
+	cached := interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if err := c.Get(ctx, key, obj, opts...); err != nil {
+			return err
+		}
+		policy.TrimCachedBackup(obj)
+		return nil
+	}})
+	r := &VerdictReconciler{Client: cached, Reader: cl}
+	require.NoError(t, f.record(r, f.run("cs1", securityv1.ModeChecksumOnly), v0, securityv1.EventBackupVerifyCompleted, "Verification succeeded"))
+	b := f.get()
+	f.assertDriversFields(b)
+	require.NotNil(t, b.Status.Verification)
+	require.NotNil(t, b.Status.Verification.Checksum)
+	assert.Equal(t, backupsv1.VerificationPassed, b.Status.Verification.Checksum.Result)
+	assert.True(t, meta.IsStatusConditionTrue(b.Status.Conditions, backupsv1.ConditionVerified))
 }
 
 func TestRecordVerdict(t *testing.T) {
@@ -319,7 +342,7 @@ func TestRecordVerdictConflict(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	err := f.record(&Reconciler{Client: behind}, f.run("cs", securityv1.ModeChecksumOnly), v0, securityv1.EventBackupVerifyCompleted, "ok")
+	err := f.record(&VerdictReconciler{Client: behind}, f.run("cs", securityv1.ModeChecksumOnly), v0, securityv1.EventBackupVerifyCompleted, "ok")
 	require.Error(t, err)
 	assert.True(t, apierrors.IsConflict(err), "a conflict, retried by the controller: %v", err)
 	got := f.get()
@@ -376,7 +399,7 @@ func TestTamperedSandboxIsNoVerdict(t *testing.T) {
 	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)},
 		Spec: securityv1.BackupVerifyResultSpec{Findings: []securityv1.Finding{{Code: securityv1.CodeSandboxTampered, Severity: securityv1.SeverityCritical}}}}
 	rv := f.get().ResourceVersion
-	require.NoError(t, recordVerdict(f.ctx, f.r.Client, run, res, securityv1.EventBackupVerifyMismatch, "sandbox tampered", metav1.NewTime(v0)))
+	require.NoError(t, recordVerdict(f.ctx, f.r.reader(), f.r.Client, run, res, securityv1.EventBackupVerifyMismatch, "sandbox tampered", metav1.NewTime(v0)))
 	b := f.get()
 	assert.Equal(t, rv, b.ResourceVersion, "nothing written")
 	assert.Nil(t, b.Status.Verification)
