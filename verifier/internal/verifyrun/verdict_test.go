@@ -23,8 +23,8 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
-	"github.com/coffer-backup/coffer/verifier/internal/policy"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/verifier/internal/policy"
 )
 
 var (
