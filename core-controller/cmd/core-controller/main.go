@@ -24,6 +24,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
+	"github.com/coffer-backup/coffer/apis/election"
 	"github.com/coffer-backup/coffer/core-controller/internal/controllers"
 	"github.com/coffer-backup/coffer/core-controller/internal/metrics"
 )
@@ -46,6 +47,7 @@ type options struct {
 	metricsAddr, probeAddr, leaderNS string
 	metricsCertDir                   string
 	leaderElect, metricsSecure       bool
+	election                         election.Timing
 	qps                              float64
 	burst                            int
 	controllers                      controllers.Options
@@ -63,6 +65,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	o.election.Bind(fs)
 	fs.DurationVar(&o.controllers.ClaimTimeout, "driver-claim-timeout", o.controllers.ClaimTimeout,
 		"How long a BackupJob or RestoreJob may wait for a driver to claim it; then core fails it (phase Failed, Ready=False with the reason, e.g. NoDriverClaimed or BackupClassNotFound).")
 	fs.Float64Var(&o.qps, "kube-api-qps", 100, "Queries per second to the API server.")
@@ -79,7 +82,7 @@ func parseFlags(args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return options{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if err := o.controllers.Validate(); err != nil {
+	if err := errors.Join(o.controllers.Validate(), o.election.Validate()); err != nil {
 		return options{}, fmt.Errorf("invalid flags: %w", err)
 	}
 	return o, nil
@@ -100,7 +103,13 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "core-controller.backups.cozystack.io",
 		LeaderElectionNamespace: o.leaderNS,
-		Cache:                   cache.Options{DefaultTransform: cacheTransform()},
+		LeaseDuration:           &o.election.LeaseDuration,
+		RenewDeadline:           &o.election.RenewDeadline,
+		RetryPeriod:             &o.election.RetryPeriod,
+		// The process exits as soon as the manager stops, so a stopping leader may hand the Lease
+		// back at once (a rolling update needs no lease duration to pass).
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{DefaultTransform: cacheTransform()},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/coffer-backup/coffer/apis/election"
 	"github.com/coffer-backup/coffer/driver-job/internal/driver"
 )
 
@@ -30,6 +31,7 @@ type options struct {
 	metricsAddr, probeAddr, leaderNS string
 	metricsCertDir                   string
 	leaderElect, metricsSecure       bool
+	election                         election.Timing
 	checkPeriod                      time.Duration
 	maxCheckJobs                     int
 	clusterName, namespace           string
@@ -46,6 +48,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	o.election.Bind(fs)
 	fs.DurationVar(&o.checkPeriod, "artifact-check-period", driver.DefaultCheckPeriod,
 		"How often a check Job (the strategy's cleanupTemplate in check mode) looks whether a Ready Backup's artifact still exists; 0 disables the checks.")
 	fs.IntVar(&o.maxCheckJobs, "max-artifact-check-jobs", driver.DefaultMaxCheckJobs, "How many check Jobs may run at once, in the whole cluster.")
@@ -70,6 +73,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if err := o.election.Validate(); err != nil {
+		return err
+	}
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -79,7 +85,13 @@ func run(ctx context.Context, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "driver-job.backups.cozystack.io",
 		LeaderElectionNamespace: o.leaderNS,
-		Cache:                   driver.CacheOptions(),
+		LeaseDuration:           &o.election.LeaseDuration,
+		RenewDeadline:           &o.election.RenewDeadline,
+		RetryPeriod:             &o.election.RetryPeriod,
+		// The process exits as soon as the manager stops, so a stopping leader may hand the Lease
+		// back at once (a rolling update needs no lease duration to pass).
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         driver.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

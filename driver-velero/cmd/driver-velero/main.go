@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/coffer-backup/coffer/apis/election"
 	"github.com/coffer-backup/coffer/driver-velero/internal/driver"
 	"github.com/coffer-backup/coffer/driverkit"
 )
@@ -27,6 +28,7 @@ type options struct {
 	metricsAddr, probeAddr, leaderNS string
 	metricsCertDir, clusterName      string
 	leaderElect, metricsSecure       bool
+	election                         election.Timing
 	downloadTimeout, confirmDelay    time.Duration
 	zap                              zap.Options
 }
@@ -39,6 +41,7 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	o.election.Bind(fs)
 	fs.DurationVar(&o.downloadTimeout, "download-timeout", 2*time.Minute, "How long to wait for Velero to answer a DownloadRequest.")
 	fs.DurationVar(&o.confirmDelay, "artifact-confirm-delay", driverkit.ArtifactConfirmDelay,
 		"How long a Velero backup found gone must stay gone (and its storage location synced since) before its Backup counts as missing.")
@@ -59,6 +62,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if err := o.election.Validate(); err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  driver.Scheme(),
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
@@ -66,7 +72,13 @@ func run(ctx context.Context, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "driver-velero.backups.cozystack.io",
 		LeaderElectionNamespace: o.leaderNS,
-		Cache:                   driver.CacheOptions(),
+		LeaseDuration:           &o.election.LeaseDuration,
+		RenewDeadline:           &o.election.RenewDeadline,
+		RetryPeriod:             &o.election.RetryPeriod,
+		// The process exits as soon as the manager stops, so a stopping leader may hand the Lease
+		// back at once (a rolling update needs no lease duration to pass).
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         driver.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

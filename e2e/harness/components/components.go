@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/coffer-backup/coffer/apis/election"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 )
 
@@ -314,10 +315,18 @@ func Launch(root, binDir, adminKubeconfig string, s Spec) (*Component, error) {
 	return c, c.Restart()
 }
 
+// FastElection is the leader-election timing components run with here, unless their Spec.Args
+// say otherwise (a later flag wins): controller-runtime's defaults, a 15 s Lease renewed every
+// 2 s. Suites that kill leaders on purpose then wait about 17 s, not the 40 s of the shipped
+// timing (election.Defaults), for each takeover; e2e/deployments runs the shipped Deployments,
+// failover included, and BenchmarkScale the shipped timing.
+var FastElection = election.Timing{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+
 // Restart starts the component again (after Kill or Stop).
 func (c *Component) Restart() error {
 	args := append([]string{"--kubeconfig=" + c.kubeconfig, "--leader-elect=true", "--leader-election-namespace=" + c.Namespace,
-		"--metrics-bind-address=" + c.metricsAddr, "--health-probe-bind-address=0"}, c.Args...)
+		"--metrics-bind-address=" + c.metricsAddr, "--health-probe-bind-address=0"}, FastElection.Flags()...)
+	args = append(args, c.Args...)
 	var env []string
 	if len(c.Env) > 0 {
 		env = append(os.Environ(), c.Env...)

@@ -31,6 +31,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
+	"github.com/coffer-backup/coffer/apis/election"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/verifier/internal/artifact"
@@ -49,6 +50,7 @@ type options struct {
 	metricsCertDir                      string
 	clusterID, clusterName, snapshotDir string
 	leaderElect, metricsSecure          bool
+	election                            election.Timing
 	downloadTimeout, runTTL             time.Duration
 	serviceAccount                      string
 	s3Endpoint, s3Region, s3CAFile      string
@@ -71,6 +73,7 @@ func main() {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty means the pod's namespace.")
+	o.election.Bind(flag.CommandLine)
 	flag.StringVar(&o.clusterID, "cluster-id", "", "Cluster id recorded in every SecurityEvent.")
 	flag.StringVar(&o.clusterName, "cluster-name", "", "Cluster name recorded in every SecurityEvent.")
 	flag.StringVar(&o.snapshotDir, "etcd-snapshot-dir", "/var/lib/etcd-snapshots", "Directory of etcd snapshots; a run's backupRef.name is a path inside it. Empty: no etcd-snapshot backend (managed clusters).")
@@ -108,6 +111,9 @@ func main() {
 var cacheAnnotations = cachetrim.Keep{backupsv1.AnnotationChecksum: 80}
 
 func run(ctx context.Context, o options) error {
+	if err := o.election.Validate(); err != nil {
+		return err
+	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(securityv1.AddToScheme(scheme))
@@ -120,7 +126,13 @@ func run(ctx context.Context, o options) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "backup-verify.security.ugallu.io",
 		LeaderElectionNamespace: o.leaderNS,
-		Cache:                   cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup)},
+		LeaseDuration:           &o.election.LeaseDuration,
+		RenewDeadline:           &o.election.RenewDeadline,
+		RetryPeriod:             &o.election.RetryPeriod,
+		// The process exits as soon as the manager stops, so a stopping leader may hand the Lease
+		// back at once (a rolling update needs no lease duration to pass).
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
