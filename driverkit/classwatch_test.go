@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -83,4 +84,50 @@ func reconciles(t *testing.T, controller string) float64 {
 		}
 	}
 	return n
+}
+
+// A Backup deleted under a running restore wakes the restore at once (contract RJ-8): the
+// Backup's event finds its unfinished RestoreJobs through the kit's index, among many finished
+// ones of the same namespace, and the restore fails BackupNotFound long before its own requeue.
+func TestABackupDeletedWakesItsRunningRestore(t *testing.T) {
+	f := newFixture(t)
+	f.driver.restore = func(context.Context, *driverkit.RestoreRun[S]) (driverkit.RestoreOutcome, error) {
+		return driverkit.RestoreOutcome{Waiting: "restoring", RequeueAfter: time.Hour}, nil
+	}
+	b := f.readyBackup()
+	for range 20 {
+		done := f.restoreJob(b.Name)
+		done.Status.Phase = backupsv1.RestoreJobSucceeded
+		require.NoError(t, cl.Status().Update(f.ctx, done))
+	}
+	rj := f.restoreJob(b.Name)
+
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	kit := &driverkit.Kit[S]{Name: driverName, Strategy: f.kit.Strategy, NewStrategy: newStrategyObject,
+		Finalizer: finalizer, Driver: f.driver, Clock: f.clock, Recorder: f.events}
+	require.NoError(t, kit.SetupWithManager(mgr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		f.get(rj)
+		return rj.ClaimedBy() == driverName && rj.Status.Phase == backupsv1.RestoreJobRunning, nil
+	}), "the restore was not claimed")
+	require.NoError(t, cl.Delete(f.ctx, b))
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		f.get(rj)
+		return rj.IsTerminal(), nil
+	})
+	require.NoError(t, err, "the restore was not woken by its Backup's deletion (phase %q)", rj.Status.Phase)
+	require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+	c := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
+	require.NotNil(t, c)
+	require.Equal(t, backupsv1.ReasonBackupNotFound, c.Reason)
 }

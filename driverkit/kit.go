@@ -111,8 +111,18 @@ func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 	if err := add(k.Name+"-backupjob", &backupsv1.BackupJob{}, jobWatches, reconcile.Func(k.reconcileBackupJob)); err != nil {
 		return err
 	}
-	// A Backup deleted under a running restore wakes that restore (contract RJ-8).
-	restoreWatches := append([]Watch{{Object: &backupsv1.Backup{}, Handler: handler.EnqueueRequestsFromMapFunc(k.restoresOf)}}, k.RestoreJobWatches...)
+	// A Backup deleted under a running restore wakes that restore (contract RJ-8), found by an
+	// index of the unfinished RestoreJobs by Backup, not by listing the namespace's RestoreJobs
+	// on every Backup event (a tenant may hold thousands of them).
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &backupsv1.RestoreJob{}, openRestoresIndex, func(o client.Object) []string {
+		if rj := o.(*backupsv1.RestoreJob); !rj.IsTerminal() {
+			return []string{rj.Spec.BackupRef.Name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	restoreWatches := append([]Watch{{Object: &backupsv1.Backup{}, Handler: handler.EnqueueRequestsFromMapFunc(restoresOf(mgr.GetCache()))}}, k.RestoreJobWatches...)
 	if err := add(k.Name+"-restorejob", &backupsv1.RestoreJob{}, restoreWatches, reconcile.Func(k.reconcileRestoreJob)); err != nil {
 		return err
 	}
@@ -158,18 +168,23 @@ func (k *Kit[S]) unclaimedRunsOf(ctx context.Context, o client.Object) []reconci
 	return out
 }
 
-// restoresOf maps a Backup to the unfinished RestoreJobs of its namespace that restore it.
-func (k *Kit[S]) restoresOf(ctx context.Context, o client.Object) []reconcile.Request {
-	list := &backupsv1.RestoreJobList{}
-	if err := k.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the RestoreJobs of a Backup")
-		return nil
-	}
-	var out []reconcile.Request
-	for _, rj := range list.Items {
-		if rj.Spec.BackupRef.Name == o.GetName() && !rj.IsTerminal() {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&rj)})
+// openRestoresIndex indexes the unfinished RestoreJobs in the kit's cache by the Backup they
+// restore.
+const openRestoresIndex = "driverkit.restoreJob.openBackupRef"
+
+// restoresOf maps a Backup to the unfinished RestoreJobs of its namespace that restore it, read
+// from the cache c through openRestoresIndex.
+func restoresOf(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		list := &backupsv1.RestoreJobList{}
+		if err := c.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{openRestoresIndex: o.GetName()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the RestoreJobs of a Backup")
+			return nil
 		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+		return out
 	}
-	return out
 }
