@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -277,6 +278,58 @@ func TestStatus(t *testing.T) {
 
 	require.NoError(t, h.run("status", "-n", "empty"))
 	assert.Equal(t, "No Plans found in namespace empty.\n", h.errOut.String())
+}
+
+// With many Plans, status reads their newest Backups from a label-selected list in pages, not
+// one Get each: 60 Plans take a list of the Backups with the plan label, statusPageSize at a
+// time, and one Get, for the Backup whose plan label was removed.
+func TestStatusOfManyPlansLists(t *testing.T) {
+	var objs []client.Object
+	for i := range 60 {
+		p := testPlan()
+		p.Name = fmt.Sprintf("p-%02d", i)
+		p.Status = backupsv1.PlanStatus{LastBackupRef: &corev1.LocalObjectReference{Name: fmt.Sprintf("b-%02d", i)}}
+		b := testBackup(fmt.Sprintf("b-%02d", i), veleroStrategy)
+		if i != 7 {
+			b.Labels = map[string]string{backupsv1.LabelPlan: p.Name}
+		}
+		if i == 9 {
+			b.Status.Phase = backupsv1.BackupFailed
+		}
+		objs = append(objs, p, b)
+	}
+	// Backups no Plan names, in the same list.
+	for i := range 40 {
+		b := testBackup(fmt.Sprintf("old-%02d", i), veleroStrategy)
+		b.Labels = map[string]string{backupsv1.LabelPlan: "p-00"}
+		objs = append(objs, b)
+	}
+	var gets, lists int
+	h := newHarness(t, &interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*backupsv1.Backup); ok {
+				gets++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*backupsv1.BackupList); ok {
+				lists++
+				lo := (&client.ListOptions{}).ApplyOptions(opts)
+				require.NotNil(t, lo.LabelSelector, "the list is label-selected")
+				assert.Equal(t, backupsv1.LabelPlan, lo.LabelSelector.String())
+				assert.EqualValues(t, statusPageSize, lo.Limit)
+			}
+			return c.List(ctx, list, opts...)
+		},
+	}, objs...)
+	require.NoError(t, h.run("status", "-n", "shop"))
+	assert.Equal(t, 1, gets, "only the Backup the list could not return is read by itself")
+	assert.GreaterOrEqual(t, lists, 1)
+	assert.Regexp(t, `p-00 +0 2 \* \* \* +never +- +- +b-00 +Ready`, h.out.String())
+	assert.Regexp(t, `p-07 +0 2 \* \* \* +never +- +- +b-07 +Ready`, h.out.String())
+	assert.Regexp(t, `p-09 +0 2 \* \* \* +never +- +- +b-09 +Failed`, h.out.String())
+	assert.Regexp(t, `p-59 +0 2 \* \* \* +never +- +- +b-59 +Ready`, h.out.String())
 }
 
 func TestDescribe(t *testing.T) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -57,19 +58,9 @@ its phase. Plans that are not Ready are listed below the table with the reason.`
 				}
 				return nil
 			}
-			backups := map[types.NamespacedName]*backupsv1.Backup{}
-			for _, p := range plans.Items {
-				if p.Status.LastBackupRef == nil {
-					continue
-				}
-				key := types.NamespacedName{Namespace: p.Namespace, Name: p.Status.LastBackupRef.Name}
-				b := &backupsv1.Backup{}
-				switch err := c.Get(ctx, key, b); {
-				case err == nil:
-					backups[key] = b
-				case !apierrors.IsNotFound(err):
-					return fmt.Errorf("reading Backup %s of Plan %s: %w", key, p.Name, err)
-				}
+			backups, err := lastBackups(ctx, c, ns, plans.Items)
+			if err != nil {
+				return err
 			}
 			return view.WriteStatus(o.Out, view.StatusRows(plans.Items, backups, o.Clock.Now()), all)
 		},
@@ -88,4 +79,56 @@ func asList(plans []backupsv1.Plan) *corev1.List {
 		list.Items = append(list.Items, runtime.RawExtension{Object: p})
 	}
 	return list
+}
+
+// fewPlans is up to how many Plans' newest Backups status reads one by one; beyond, it lists.
+const fewPlans = 20
+
+// statusPageSize is how many Backups one page of status's list holds.
+const statusPageSize = 500
+
+// lastBackups reads the newest Backup of each Plan (status.lastBackupRef), by namespace and name;
+// one missing from the map was deleted. For a few Plans it reads each; for more, it lists the
+// Backups that Plans made (those with the plan label) in ns ("" is every namespace), in pages,
+// and keeps only those the Plans name: a few requests for thousands of Plans, where one Get
+// each would take minutes at a client's rate limit, and never more than a page in memory beyond
+// what it keeps. A named Backup the list did not return (its label removed) is read by itself.
+func lastBackups(ctx context.Context, c client.Reader, ns string, plans []backupsv1.Plan) (map[types.NamespacedName]*backupsv1.Backup, error) {
+	want := map[types.NamespacedName]string{}
+	for _, p := range plans {
+		if p.Status.LastBackupRef != nil {
+			want[types.NamespacedName{Namespace: p.Namespace, Name: p.Status.LastBackupRef.Name}] = p.Name
+		}
+	}
+	backups := map[types.NamespacedName]*backupsv1.Backup{}
+	if len(want) > fewPlans {
+		page := &backupsv1.BackupList{}
+		for cont := ""; ; {
+			if err := c.List(ctx, page, client.InNamespace(ns), client.HasLabels{backupsv1.LabelPlan},
+				client.Limit(statusPageSize), client.Continue(cont)); err != nil {
+				return nil, fmt.Errorf("listing the Backups of Plans: %w", err)
+			}
+			for i := range page.Items {
+				if key := client.ObjectKeyFromObject(&page.Items[i]); want[key] != "" {
+					backups[key] = page.Items[i].DeepCopy()
+				}
+			}
+			if cont = page.Continue; cont == "" {
+				break
+			}
+		}
+	}
+	for key, plan := range want {
+		if backups[key] != nil {
+			continue
+		}
+		b := &backupsv1.Backup{}
+		switch err := c.Get(ctx, key, b); {
+		case err == nil:
+			backups[key] = b
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading Backup %s of Plan %s: %w", key, plan, err)
+		}
+	}
+	return backups, nil
 }
