@@ -40,7 +40,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	crdDirs := manifests.CRDDirs(root, manifests.Components...)
-	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: crdDirs})
+	// kube-controller-manager computes ResourceQuota usage (TestTenantQuota).
+	c, err := cluster.Start(ctx, cluster.Options{CRDDirectoryPaths: crdDirs, ControllerManager: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "admission tests need a real API server:", err)
 		return 1
