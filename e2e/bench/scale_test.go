@@ -47,9 +47,9 @@ var (
 // Each component is started as deploy/ runs it (its own binary, its ServiceAccount, its shipped
 // RBAC, its Deployment's environment, the shipped leader-election timing). Once every component
 // has drained its work queues, the bench measures a steady state of COFFER_BENCH_SCALE_STEADY
-// (60 s) and reports per component: peak RSS (VmHWM) since start, CPU
-// seconds per minute and API requests per minute over the steady state (its own client metrics),
-// and the work queues' depth at the end. Run it with -benchtime=1x.
+// (60 s) and reports per component: peak RSS (VmHWM) since start, CPU seconds per minute and API
+// requests per minute over the steady state (its own client metrics), and the work queues' depth
+// at the end. Run it with -benchtime=1x.
 func BenchmarkScale(b *testing.B) {
 	for range b.N {
 		scale(b)
