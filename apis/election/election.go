@@ -2,11 +2,13 @@
 //
 // A leader renews its Lease every retry period, and a standby reads it as often: at
 // controller-runtime's defaults (a 15 s lease, renewed every 2 s) that is 30 requests per minute
-// per component, whatever else it does, which is all a component asks of the API server at rest
-// (docs/benchmarks.md, "Scale"). Coffer's defaults renew every 8 s (under 10 requests a minute)
-// and let a Lease lapse after 32 s: a standby takes over at most LeaseDuration plus RetryPeriod
-// (40 s) after the leader dies, which a Plan's startingDeadlineSeconds and every run's deadline
-// absorb. A test harness that kills leaders on purpose may shorten them with the flags.
+// per component, whatever else it does, most of what a component asks of the API server at rest
+// (docs/benchmarks.md, "Scale"). Coffer's defaults renew every 10 s (6 requests a minute; with
+// its watches' periodic renewals a component stays under 10) and let a Lease lapse after 30 s: a
+// standby takes over at most LeaseDuration plus RetryPeriod (40 s) after the leader dies, which a
+// Plan's startingDeadlineSeconds and every run's deadline absorb; a leader that stops hands its
+// Lease back at once. A test harness that kills leaders on purpose may shorten them with the
+// flags.
 package election
 
 import (
@@ -17,9 +19,9 @@ import (
 
 // The default timing (the flags' defaults).
 const (
-	DefaultLeaseDuration = 32 * time.Second
-	DefaultRenewDeadline = 24 * time.Second
-	DefaultRetryPeriod   = 8 * time.Second
+	DefaultLeaseDuration = 30 * time.Second
+	DefaultRenewDeadline = 20 * time.Second
+	DefaultRetryPeriod   = 10 * time.Second
 )
 
 // Timing is how long a Lease lasts without renewal, how long a leader keeps trying to renew it

@@ -35,8 +35,8 @@ func TestTiming(t *testing.T) {
 
 	for flags, want := range map[string][]string{
 		"--leader-elect-retry-period":   {"--leader-elect-retry-period=0s"},
-		"--leader-elect-renew-deadline": {"--leader-elect-renew-deadline=9s"},
-		"--leader-elect-lease-duration": {"--leader-elect-lease-duration=24s"},
+		"--leader-elect-renew-deadline": {"--leader-elect-renew-deadline=12s"},
+		"--leader-elect-lease-duration": {"--leader-elect-lease-duration=20s"},
 	} {
 		_, err := parse(t, want...)
 		require.Error(t, err, want)
