@@ -105,7 +105,7 @@ func TestLeaderKilledBeforeATickFiresItOnce(t *testing.T) {
 	name := backupsv1.PlanBackupJobName(planName, tick)
 	seen := rec.waitAdded(t, ctx, name, tick.Add(deadline*time.Second))
 	delay := seen.Sub(tick)
-	t.Logf("Takeover: BackupJob %s seen %s after its tick (lease duration 15 s, retry period 2 s: controller-runtime's defaults, core-controller has no flags for them)",
+	t.Logf("Takeover: BackupJob %s seen %s after its tick (lease duration 15 s, retry period 2 s: the harness's components.FastElection)",
 		name, delay.Round(time.Millisecond))
 	// The standby sees the Lease expire at most 15 s after it last saw it renewed (at most 2 s
 	// before the kill, plus its own 2 s polling), then acquires it at its next poll and starts
