@@ -13,6 +13,10 @@
 package cachetrim
 
 import (
+	"sync"
+	"sync/atomic"
+	"unique"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 )
 
@@ -60,4 +64,43 @@ func Merge(ks ...Keep) Keep {
 		}
 	}
 	return out
+}
+
+// Intern returns s as one shared copy of its value (unique.Make): the many cached objects that
+// name the same namespace, kind, group, phase or reason then share one string instead of each
+// holding its own. Strings no object uses any more are collected.
+func Intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+// maxInternedPointers bounds InternPtr's table: values beyond it are interned as strings only.
+const maxInternedPointers = 1024
+
+var pointers sync.Map // string -> *string
+
+var pointerCount atomic.Int64
+
+// InternPtr returns p, or a shared pointer to the same value: a cached object's optional string
+// (an API group) then costs no allocation of its own. The table holds at most
+// maxInternedPointers values (the API groups of a cluster are few; a flood of distinct values
+// only stops being shared).
+func InternPtr(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	if v, ok := pointers.Load(*p); ok {
+		return v.(*string)
+	}
+	s := Intern(*p)
+	if pointerCount.Load() >= maxInternedPointers {
+		return &s
+	}
+	v, loaded := pointers.LoadOrStore(s, &s)
+	if !loaded {
+		pointerCount.Add(1)
+	}
+	return v.(*string)
 }

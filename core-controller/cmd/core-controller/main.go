@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -161,30 +163,55 @@ func cacheTransform() func(any) (any, error) {
 }
 
 // trimBackup cuts a Backup to what core reads: its name, deletion, the imported label and the
-// adoption annotation (ReadOnly), spec.applicationRef, planRef, strategyRef and takenAt, and of
-// its status the phase, the conditions' type, status and reason, and the verification verdicts'
-// results and failure counts. Core holds every Backup of the cluster, so what it drops here
-// (the driver's labels, metadata, finalizers and record, the artifact, every message) is most of
-// a Backup's size (docs/benchmarks.md, "Scale").
+// adoption annotation (ReadOnly), spec.applicationRef, planRef, strategyRef and takenAt, the
+// phase, the conditions retention decides by (ArtifactAvailable when False, PartiallyFailed when
+// True, Verified) with their type, status and reason only, and the failed verification verdicts'
+// results and failure counts (VerifyFailureConfirmed: a passed verdict is as good as none). Its
+// strings are interned (cachetrim.Intern): a namespace, kind, group, phase or reason is held once
+// for all Backups. Core holds every Backup of the cluster, so what it drops here (the driver's
+// labels, metadata, finalizers and record, the artifact, every message and time but takenAt) is
+// most of a Backup's size (docs/benchmarks.md, "Scale").
 func trimBackup(b *backupsv1.Backup) {
 	labels := map[string]string(nil)
 	if v, ok := b.Labels[backupsv1.LabelImported]; ok {
-		labels = map[string]string{backupsv1.LabelImported: v}
+		labels = map[string]string{backupsv1.LabelImported: cachetrim.Intern(v)}
 	}
 	b.Labels = labels
 	b.Finalizers = nil
 	b.OwnerReferences = nil
+	b.GenerateName = ""
+	b.Namespace = cachetrim.Intern(b.Namespace)
+	for _, ref := range []*corev1.TypedLocalObjectReference{&b.Spec.ApplicationRef, &b.Spec.StrategyRef} {
+		ref.APIGroup, ref.Kind, ref.Name = cachetrim.InternPtr(ref.APIGroup), cachetrim.Intern(ref.Kind), cachetrim.Intern(ref.Name)
+	}
+	if p := b.Spec.PlanRef; p != nil {
+		p.Name = cachetrim.Intern(p.Name)
+	}
 	b.Spec.DriverMetadata = nil
+	b.Status.Phase = backupsv1.BackupPhase(cachetrim.Intern(string(b.Status.Phase)))
 	b.Status.Artifact = nil
 	b.Status.UnderlyingResources = nil
-	for i := range b.Status.Conditions {
-		b.Status.Conditions[i].Message = ""
+	var conds []metav1.Condition
+	for _, c := range b.Status.Conditions {
+		switch {
+		case c.Type == backupsv1.ConditionArtifactAvailable && c.Status == metav1.ConditionFalse,
+			c.Type == backupsv1.ConditionPartiallyFailed && c.Status == metav1.ConditionTrue,
+			c.Type == backupsv1.ConditionVerified:
+			conds = append(conds, metav1.Condition{Type: cachetrim.Intern(c.Type),
+				Status: metav1.ConditionStatus(cachetrim.Intern(string(c.Status))), Reason: cachetrim.Intern(c.Reason)})
+		}
 	}
+	b.Status.Conditions = conds
 	if v := b.Status.Verification; v != nil {
-		for _, verdict := range []*backupsv1.VerificationVerdict{v.Checksum, v.FullRestore} {
-			if verdict != nil {
-				verdict.Message, verdict.ResultRef = "", nil
+		failed := func(x *backupsv1.VerificationVerdict) *backupsv1.VerificationVerdict {
+			if x == nil || x.Result != backupsv1.VerificationFailed {
+				return nil
 			}
+			return &backupsv1.VerificationVerdict{Result: backupsv1.VerificationFailed, Failures: x.Failures}
+		}
+		b.Status.Verification = &backupsv1.BackupVerification{Checksum: failed(v.Checksum), FullRestore: failed(v.FullRestore)}
+		if b.Status.Verification.Checksum == nil && b.Status.Verification.FullRestore == nil {
+			b.Status.Verification = nil
 		}
 	}
 }

@@ -1,15 +1,17 @@
 package policy
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/cachetrim"
 )
 
 // TrimCachedBackup cuts a Backup the verifier caches (obj; any other object passes unchanged)
 // to what policies read of it: its name, namespace, UID, creation and deletion, spec.planRef and
-// takenAt, status.phase, and whether status.artifact is set (an empty artifact stands for one;
-// its URI and checksum are dropped). The verifier watches every Backup of the cluster for its
+// takenAt, status.phase (the repeated strings interned, cachetrim.Intern), and whether
+// status.artifact is set (an empty artifact stands for one; its URI and checksum are dropped). The verifier watches every Backup of the cluster for its
 // policies, so what it drops (labels, annotations, the application and strategy, driver metadata,
 // conditions, verdicts, the driver's record) is most of what it would hold (docs/benchmarks.md,
 // "Scale"). Whatever else the verifier reads of a Backup it reads uncached: a run's Backup, and
@@ -20,11 +22,14 @@ func TrimCachedBackup(obj any) {
 		return
 	}
 	kept := backupsv1.Backup{TypeMeta: b.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: b.Name, Namespace: b.Namespace, UID: b.UID, ResourceVersion: b.ResourceVersion, Generation: b.Generation,
+		Name: b.Name, Namespace: cachetrim.Intern(b.Namespace), UID: b.UID, ResourceVersion: b.ResourceVersion, Generation: b.Generation,
 		CreationTimestamp: b.CreationTimestamp, DeletionTimestamp: b.DeletionTimestamp,
 	}}
-	kept.Spec.PlanRef, kept.Spec.TakenAt = b.Spec.PlanRef, b.Spec.TakenAt
-	kept.Status.Phase = b.Status.Phase
+	if p := b.Spec.PlanRef; p != nil {
+		kept.Spec.PlanRef = &corev1.LocalObjectReference{Name: cachetrim.Intern(p.Name)}
+	}
+	kept.Spec.TakenAt = b.Spec.TakenAt
+	kept.Status.Phase = backupsv1.BackupPhase(cachetrim.Intern(string(b.Status.Phase)))
 	if b.Status.Artifact != nil {
 		kept.Status.Artifact = &backupsv1.BackupArtifact{}
 	}
