@@ -1,6 +1,7 @@
 package cachetrim_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -43,4 +44,22 @@ func TestTransform(t *testing.T) {
 
 func TestMerge(t *testing.T) {
 	assert.Equal(t, cachetrim.Keep{"a": 10, "b": 5}, cachetrim.Merge(cachetrim.Keep{"a": 3, "b": 5}, cachetrim.Keep{"a": 10}))
+}
+
+// InternPtr shares one pointer per value while its table has room, and past its bound still
+// returns the value (interned as a string), never a wrong or nil one.
+func TestInternPtr(t *testing.T) {
+	fresh := func(s string) *string { v := string([]byte(s)); return &v }
+	a, b := cachetrim.InternPtr(fresh("apps.cozystack.io")), cachetrim.InternPtr(fresh("apps.cozystack.io"))
+	assert.Same(t, a, b)
+	assert.Nil(t, cachetrim.InternPtr(nil))
+	var last *string
+	for i := range 3000 {
+		v := fmt.Sprintf("group-%d.example.com", i)
+		last = cachetrim.InternPtr(fresh(v))
+		require.Equal(t, v, *last)
+	}
+	assert.Equal(t, "group-2999.example.com", *cachetrim.InternPtr(fresh("group-2999.example.com")))
+	assert.Same(t, a, cachetrim.InternPtr(fresh("apps.cozystack.io")), "what was shared stays shared")
+	assert.Equal(t, "", cachetrim.Intern(""))
 }
