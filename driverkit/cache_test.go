@@ -83,7 +83,7 @@ func TestDriverCachesOnlyBackupsOfItsKind(t *testing.T) {
 		Spec: other.Spec, Artifact: artifact}
 	res, err := cat.Sync(ctx, backupsv1.SourceCluster{ID: "here", Name: "here"}, []driverkit.CatalogEntry{{Record: rec, Location: "s3://x/record.json"}}, true)
 	require.NoError(t, err, "a name taken by a Backup the driver does not cache is no error to retry")
-	assert.Contains(t, res.Skipped["s3://x/record.json"], "another strategy kind")
+	assert.Contains(t, res.Skipped["s3://x/record.json"], "another strategy kind's")
 	assert.Zero(t, res.Created)
 	require.NoError(t, cl.Get(f.ctx, client.ObjectKeyFromObject(other), other))
 	assert.Equal(t, "other.example.com", *other.Spec.StrategyRef.APIGroup, "the other driver's Backup is untouched")

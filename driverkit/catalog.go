@@ -200,8 +200,9 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 			// Ours, and not yet in the cache that listed them, or someone else's.
 			existing := &backupsv1.Backup{}
 			if err := c.Client.Get(ctx, key, existing); apierrors.IsNotFound(err) {
-				// A driver caches only the Backups of its strategy kind (CacheBackupsOf).
-				return nil, false, fmt.Sprintf("a Backup %s of another strategy kind exists; it is left alone", key), nil
+				// A driver caches only the Backups of its strategy kind (CacheBackupsOf): another
+				// driver's, or one of ours the cache has not seen yet (the next sync finds it).
+				return nil, false, fmt.Sprintf("a Backup %s exists that this driver's cache does not hold (another strategy kind's, or one not seen yet); it is left alone", key), nil
 			} else if err != nil {
 				return nil, false, "", fmt.Errorf("reading Backup %s, which exists: %w", key, err)
 			}

@@ -29,20 +29,7 @@ func TestAClassCreatedAfterItsRunWakesTheRun(t *testing.T) {
 	late := f.ns + "-late"
 	job := f.backupJob(late)
 
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	require.NoError(t, err)
-	kit := &driverkit.Kit[S]{Name: driverName, Strategy: f.kit.Strategy, NewStrategy: newStrategyObject,
-		Finalizer: finalizer, Driver: f.driver, Clock: f.clock, Recorder: f.events}
-	require.NoError(t, kit.SetupWithManager(mgr))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+	ctx := f.startKit()
 
 	// The kit has seen the run with its class missing (not this driver's yet) and left it.
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -57,7 +44,7 @@ func TestAClassCreatedAfterItsRunWakesTheRun(t *testing.T) {
 	f.create(class)
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), class) })
 
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		f.get(job)
 		return job.ClaimedBy() == driverName, nil
 	})
@@ -102,6 +89,29 @@ func TestABackupDeletedWakesItsRunningRestore(t *testing.T) {
 	}
 	rj := f.restoreJob(b.Name)
 
+	ctx := f.startKit()
+
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		f.get(rj)
+		return rj.ClaimedBy() == driverName && rj.Status.Phase == backupsv1.RestoreJobRunning, nil
+	}), "the restore was not claimed")
+	require.NoError(t, cl.Delete(f.ctx, b))
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		f.get(rj)
+		return rj.IsTerminal(), nil
+	})
+	require.NoError(t, err, "the restore was not woken by its Backup's deletion (phase %q)", rj.Status.Phase)
+	require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
+	c := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
+	require.NotNil(t, c)
+	require.Equal(t, backupsv1.ReasonBackupNotFound, c.Reason)
+}
+
+// startKit runs a kit of the fixture's driver in a manager on the API server until the test ends,
+// and returns the manager's context once its caches have synced.
+func (f *fixture) startKit() context.Context {
+	t := f.t
+	t.Helper()
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -115,19 +125,6 @@ func TestABackupDeletedWakesItsRunningRestore(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		f.get(rj)
-		return rj.ClaimedBy() == driverName && rj.Status.Phase == backupsv1.RestoreJobRunning, nil
-	}), "the restore was not claimed")
-	require.NoError(t, cl.Delete(f.ctx, b))
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		f.get(rj)
-		return rj.IsTerminal(), nil
-	})
-	require.NoError(t, err, "the restore was not woken by its Backup's deletion (phase %q)", rj.Status.Phase)
-	require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase)
-	c := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)
-	require.NotNil(t, c)
-	require.Equal(t, backupsv1.ReasonBackupNotFound, c.Reason)
+	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+	return ctx
 }

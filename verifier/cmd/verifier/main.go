@@ -216,7 +216,7 @@ func run(ctx context.Context, o options) error {
 		}
 		coffer = false
 		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: coffer BackupVerifyPolicies are not acted on and no verdict is recorded; restart the verifier once they are")
-	} else if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+	} else if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),

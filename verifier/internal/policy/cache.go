@@ -11,8 +11,8 @@ import (
 // TrimCachedBackup cuts a Backup the verifier caches (obj; any other object passes unchanged)
 // to what policies read of it: its name, namespace, UID, creation and deletion, spec.planRef and
 // takenAt, status.phase (the repeated strings interned, cachetrim.Intern), and whether
-// status.artifact is set (an empty artifact stands for one; its URI and checksum are dropped). The verifier watches every Backup of the cluster for its
-// policies, so what it drops (labels, annotations, the application and strategy, driver metadata,
+// status.artifact is set (an empty artifact stands for one; its URI and checksum are dropped).
+// The verifier watches every Backup of the cluster for its policies, so what it drops (labels, annotations, the application and strategy, driver metadata,
 // conditions, verdicts, the driver's record) is most of what it would hold (docs/benchmarks.md,
 // "Scale"). Whatever else the verifier reads of a Backup it reads uncached: a run's Backup, and
 // the Backup whose verdict it writes, so no write is computed from a trimmed copy.

@@ -32,7 +32,8 @@ type VerdictReconciler struct {
 	Client client.Client
 	// Reader reads the Backup a verdict is written on, uncached: the verifier's cache holds
 	// Backups cut to what policies read (policy.TrimCachedBackup), and a patch computed from
-	// such a copy would erase what the cut dropped. Nil means Client.
+	// such a copy would erase what the cut dropped. SetupWithManager sets the manager's API
+	// reader; nil (tests that call the reconciler without a manager) means Client.
 	Reader client.Reader
 }
 
@@ -64,6 +65,9 @@ func endedCofferRun(run *securityv1.BackupVerifyRun) bool {
 // SetupWithManager registers the verdict controller: it sees ended coffer runs (their status
 // writes included, which the run reconciler does not watch).
 func (r *VerdictReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Reader == nil {
+		r.Reader = mgr.GetAPIReader()
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("backupverifyrun-verdict").
 		For(&securityv1.BackupVerifyRun{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
