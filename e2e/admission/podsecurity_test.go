@@ -60,8 +60,9 @@ func ptrTo[T any](v T) *T { return &v }
 
 // TestManagedVerifierVariant: deploy/managed/verifier is deploy/verifier without the etcd-snapshot
 // backend, for clusters whose control plane takes no pods: the same objects, a Deployment that
-// neither pins itself to a control-plane node nor mounts a host path, and a namespace enforcing
-// Pod Security restricted, which admits its pods and refuses those of the default install.
+// neither prefers a control-plane node nor mounts a host path, and a namespace enforcing Pod
+// Security restricted, which admits its pods and refuses the etcd check pods of the default
+// install.
 func TestManagedVerifierVariant(t *testing.T) {
 	ctx := context.Background()
 	base, err := manifests.Render(filepath.Join(root, "deploy", "verifier"))
@@ -96,9 +97,11 @@ func TestManagedVerifierVariant(t *testing.T) {
 	assert.ElementsMatch(t, baseKeys, managedKeys, "the same objects")
 	m := deployments["managed"].Spec.Template.Spec
 	assert.Empty(t, m.NodeSelector)
+	assert.Nil(t, m.Affinity, "no preference for control-plane nodes")
 	assert.Empty(t, m.Tolerations)
 	assert.Empty(t, m.Volumes)
 	assert.Empty(t, m.Containers[0].VolumeMounts)
+	assert.Empty(t, deployments["base"].Spec.Template.Spec.NodeSelector, "the default install schedules where control-plane nodes take no pods too")
 	assert.Contains(t, m.Containers[0].Args, "--etcd-snapshot-dir=", "no etcd-snapshot backend")
 	assert.Equal(t, "restricted", labels["pod-security.kubernetes.io/enforce"])
 
@@ -109,7 +112,15 @@ func TestManagedVerifierVariant(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "template-", Namespace: ns.Name}, Spec: spec}
 	}
 	assert.NoError(t, cl.Create(ctx, pod(m), client.DryRunAll), "the managed verifier's pods meet restricted")
-	err = cl.Create(ctx, pod(deployments["base"].Spec.Template.Spec), client.DryRunAll)
-	require.Error(t, err, "the default verifier's pods (a hostPath) do not")
+	// What the default install's etcd-snapshot backend starts on a node (as its check and lister
+	// pods are made): the namespace of the managed variant refuses it.
+	check := m.DeepCopy()
+	check.Volumes = []corev1.Volume{{Name: "snapshots", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/etcd-snapshots"}}}}
+	c := &check.Containers[0]
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "snapshots", MountPath: "/snapshots", ReadOnly: true}}
+	c.SecurityContext.RunAsUser, c.SecurityContext.RunAsNonRoot = ptrTo(int64(0)), ptrTo(false)
+	c.SecurityContext.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"DAC_READ_SEARCH"}}
+	err = cl.Create(ctx, pod(*check), client.DryRunAll)
+	require.Error(t, err, "an etcd check pod (a hostPath, user 0, CAP_DAC_READ_SEARCH) does not")
 	assert.Contains(t, err.Error(), "violates PodSecurity")
 }

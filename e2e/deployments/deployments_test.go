@@ -59,10 +59,12 @@ const (
 	agentImage = "coffer/coffer-agent:" + tag
 	agentUID   = 65532
 	bucket     = "coffer"
-	// controlPlaneLabel is the node role the verifier's Deployment selects: etcd snapshots live
-	// on control-plane nodes, and this single node is the control plane's.
+	// controlPlaneLabel is the node role the verifier's Deployment prefers and its etcd-snapshot
+	// policies list by default: etcd snapshots live on control-plane nodes, and this single node
+	// is the control plane's.
 	controlPlaneLabel = "node-role.kubernetes.io/control-plane"
-	// snapshotDir is the verifier's hostPath (type DirectoryOrCreate).
+	// snapshotDir is the verifier's --etcd-snapshot-dir, which its check and lister pods mount
+	// (a hostPath of type Directory: etcdctl's, kubeadm's or k3s's own directory).
 	snapshotDir = "/var/lib/etcd-snapshots"
 	// runUIDLabel is the label by which driver-job marks a run's Job with the BackupJob's UID.
 	runUIDLabel = "jobdriver.backups.cozystack.io/run-uid"
@@ -121,6 +123,7 @@ func TestShippedDeployments(t *testing.T) {
 	}
 	e.prometheusDiscovers(t, reader)
 	e.verifySnapshots(t)
+	e.verifySnapshotPolicy(t)
 
 	ns, plan := e.scheduledBackups(t)
 	if !t.Failed() {
@@ -150,9 +153,10 @@ func start(t *testing.T, ctx context.Context) *env {
 	}
 	t.Logf("images built in %s", time.Since(began).Round(time.Second))
 
-	// The verifier's hostPath is created by the kubelet on this machine; remove it afterwards
-	// if it did not exist (and is still empty). Registered first, so it runs after the node stopped.
+	// The snapshot directory, root's only, as etcd's tools leave it; removed afterwards if it did
+	// not exist (and is empty again). Registered first, so it runs after the node stopped.
 	if _, err := os.Stat(snapshotDir); os.IsNotExist(err) {
+		require.NoError(t, os.Mkdir(snapshotDir, 0o700))
 		t.Cleanup(func() {
 			if err := os.Remove(snapshotDir); err != nil && !os.IsNotExist(err) {
 				t.Logf("leaving %s: %v", snapshotDir, err)
@@ -185,7 +189,8 @@ func start(t *testing.T, ctx context.Context) *env {
 	e := &env{ctx: ctx, cl: cl, cs: cs, n: n, s3: s3, data: filepath.Join(work, "volumes"), gone: map[string]string{}}
 	require.NoError(t, os.MkdirAll(e.data, 0o755))
 
-	// The node is the control plane's: label it as the verifier's nodeSelector expects.
+	// The node is the control plane's: label it so (the verifier prefers such a node, and an
+	// etcd-snapshot policy lists them).
 	nd := &corev1.Node{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: n.Name}, nd))
 	patch := client.MergeFrom(nd.DeepCopy())

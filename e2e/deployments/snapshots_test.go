@@ -125,3 +125,58 @@ func corruptLeaves(t *testing.T, db []byte) []byte {
 	require.NotZero(t, n, "the snapshot has leaf pages")
 	return out
 }
+
+// verifySnapshotPolicy proves an etcd-snapshot policy of the shipped install on the real node:
+// with the default nodeSelector (the control-plane nodes) it lists the node's snapshot directory,
+// root's only, through a lister pod on the node, and a snapshot etcdctl saves after the policy
+// exists is verified clean there, by one run; no lister or check pod is left.
+func (e *env) verifySnapshotPolicy(t *testing.T) {
+	assets, err := cluster.AssetsDir()
+	require.NoError(t, err)
+	prefix := fmt.Sprintf("coffer-e2e-%d-", time.Now().UnixNano())
+	pol := &securityv1.BackupVerifyPolicy{ObjectMeta: metav1.ObjectMeta{Name: "etcd-nightly"},
+		Spec: securityv1.BackupVerifyPolicySpec{Backend: securityv1.BackendEtcdSnapshot, RunNamespace: "etcd-verify",
+			EtcdSnapshots: &securityv1.EtcdSnapshotSource{Pattern: prefix + "*.db", Settle: &metav1.Duration{Duration: time.Second}}}}
+	require.NoError(t, e.cl.Create(e.ctx, pol))
+	t.Cleanup(func() { _ = e.cl.Delete(e.ctx, pol) })
+	listed := "verifying 0 etcd snapshot(s) on node(s) " + e.n.Name
+	e.poll(t, "the policy to list the node's snapshot directory", 2*time.Minute, func() (bool, error) {
+		err := e.cl.Get(e.ctx, client.ObjectKeyFromObject(pol), pol)
+		c := meta.FindStatusCondition(pol.Status.Conditions, securityv1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Message == listed, err
+	})
+
+	file := filepath.Join(snapshotDir, prefix+"nightly.db")
+	out, err := exec.CommandContext(e.ctx, filepath.Join(assets, "etcdctl"), "--endpoints="+e.n.Cluster.EtcdURL, "snapshot", "save", file).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Cleanup(func() { _ = os.Remove(file) })
+	st, err := os.Stat(file)
+	require.NoError(t, err)
+	require.Zero(t, st.Mode().Perm()&0o077, "root's only, as etcdctl leaves it")
+	// A policy changed lists again at once; unchanged, the next listing would be ListEvery (5m) on.
+	patch := client.MergeFrom(pol.DeepCopy())
+	pol.Spec.EtcdSnapshots.Settle = &metav1.Duration{Duration: 2 * time.Second}
+	require.NoError(t, e.cl.Patch(e.ctx, pol, patch))
+
+	runs := &securityv1.BackupVerifyRunList{}
+	e.poll(t, "the policy's run of the snapshot to end", 3*time.Minute, func() (bool, error) {
+		err := e.cl.List(e.ctx, runs, client.InNamespace("etcd-verify"), client.MatchingLabels{securityv1.LabelPolicy: pol.Name})
+		return err == nil && len(runs.Items) > 0 && runs.Items[0].Status.Phase.IsTerminal(), err
+	})
+	require.Len(t, runs.Items, 1, "one run of the one snapshot")
+	run := runs.Items[0]
+	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+	assert.Equal(t, e.n.Name, run.Spec.BackupRef.Node, "checked on the node that holds it")
+	assert.Equal(t, prefix+"nightly.db", run.Spec.BackupRef.Name)
+	assert.Equal(t, securityv1.SeverityInfo, run.Status.WorstSeverity)
+	e.poll(t, "no lister or check pod left", time.Minute, func() (bool, error) {
+		pods := &corev1.PodList{}
+		err := e.cl.List(e.ctx, pods, client.InNamespace("ugallu-system"), client.HasLabels{"app.kubernetes.io/name"})
+		for _, p := range pods.Items {
+			if n := p.Labels["app.kubernetes.io/name"]; n == "coffer-etcd-list" || n == "coffer-etcd-check" {
+				return false, err
+			}
+		}
+		return true, err
+	})
+}

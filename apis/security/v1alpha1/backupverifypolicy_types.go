@@ -101,6 +101,15 @@ type EtcdSnapshotSource struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	Settle *metav1.Duration `json:"settle,omitempty"`
+
+	// nodeSelector selects the nodes whose snapshot directories the policy verifies (Coffer's
+	// addition): on an HA control plane each node saves its own snapshots. The verifier of the
+	// shipped install (--etcd-check-pods) lists each selected node's directory with a short-lived
+	// pod on that node, every few minutes, and checks each snapshot there. Default: the
+	// control-plane nodes (label node-role.kubernetes.io/control-plane). At most 16 nodes. A
+	// verifier that reads snapshots itself lists only its own directory and ignores it.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 }
 
 // FullRestorePolicy is how often a policy proves its Backups restorable.

@@ -63,6 +63,11 @@ const (
 	ReasonSnapshotDirNotConfigured = "SnapshotDirNotConfigured"
 	// ReasonSnapshotDirUnreadable: the verifier cannot list its --etcd-snapshot-dir.
 	ReasonSnapshotDirUnreadable = "SnapshotDirUnreadable"
+	// ReasonNoSnapshotNodes: an etcd-snapshot policy's nodeSelector selects no node.
+	ReasonNoSnapshotNodes = "NoSnapshotNodes"
+	// ReasonTooManySnapshotNodes: an etcd-snapshot policy's nodeSelector selects more nodes than
+	// a policy lists (MaxSnapshotNodes).
+	ReasonTooManySnapshotNodes = "TooManySnapshotNodes"
 )
 
 // DetailFailure is the key, in a BackupVerifyResult's details, of why its run could not be

@@ -59,9 +59,19 @@ func VeleroPolicySandboxName(name string, uid types.UID) string {
 // identity (size and modification time) is id: a snapshot saved again under the same name is a
 // new snapshot, with a run of its own.
 func EtcdPolicyRunName(ref, id string) string {
+	return EtcdNodePolicyRunName("", ref, id)
+}
+
+// EtcdNodePolicyRunName is EtcdPolicyRunName for the snapshot file ref on node (empty: the
+// verifier's own directory): each node's snapshot of a name is a snapshot of its own.
+func EtcdNodePolicyRunName(node, ref, id string) string {
 	stem := strings.Trim(dnsUnsafe.ReplaceAllString(strings.ToLower(ref), "-"), "-")
-	sum := sha256.Sum256([]byte(ref + "\x00" + id))
-	return backupsv1.BoundedName(253, "etcd", stem, "checksum", hex.EncodeToString(sum[:])[:8])
+	key, parts := ref+"\x00"+id, []string{"etcd"}
+	if node != "" {
+		key, parts = node+"\x00"+key, append(parts, node)
+	}
+	sum := sha256.Sum256([]byte(key))
+	return backupsv1.BoundedName(253, append(parts, stem, "checksum", hex.EncodeToString(sum[:])[:8])...)
 }
 
 var dnsUnsafe = regexp.MustCompile(`[^a-z0-9]+`)

@@ -65,6 +65,10 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == etcdsnap.CheckCommand {
 		os.Exit(etcdsnap.PodMain(os.Args[2:], os.Stdout))
 	}
+	// A lister pod (an etcd-snapshot policy's, with --etcd-check-pods) lists a node's snapshots.
+	if len(os.Args) > 1 && os.Args[1] == etcdsnap.ListCommand {
+		os.Exit(etcdsnap.ListMain(os.Args[2:], os.Stdout))
+	}
 	o := options{}
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.BoolVar(&o.metricsSecure, "metrics-secure", true,
@@ -179,6 +183,7 @@ func run(ctx context.Context, o options) error {
 	}
 	// Without a snapshot directory (deploy/managed/verifier) there is no etcd-snapshot backend:
 	// its runs fail BackendNotConfigured.
+	var lister policy.SnapshotLister
 	switch {
 	case o.snapshotDir != "" && o.etcdCheckPods:
 		pb, err := checkPods(ctx, mgr, o)
@@ -186,6 +191,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		r.Backends[securityv1.BackendEtcdSnapshot] = pb
+		lister = pb
 		if err := mgr.Add(&etcdsnap.PodSweeper{Reader: mgr.GetAPIReader(), Runs: mgr.GetClient(), Client: mgr.GetClient(), Namespace: pb.Namespace,
 			Clock: clock.RealClock{}}); err != nil {
 			return err
@@ -220,7 +226,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),
-		Coffer: coffer, SnapshotDir: o.snapshotDir}
+		Coffer: coffer, SnapshotDir: o.snapshotDir, Lister: lister}
 	if err := pr.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}

@@ -1,15 +1,18 @@
 package etcdsnap
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -201,4 +204,46 @@ func TestCrashClassification(t *testing.T) {
 		assert.Equal(t, tt.crash, crashed(tt.stderr), tt.stderr)
 		assert.Equal(t, tt.noMem, outOfMemory(tt.stderr), tt.stderr)
 	}
+}
+
+// A lister pod's listing fits the kubelet's bound on termination messages: the newest files are
+// kept, and the oldest left out are counted, so that nobody takes the listing for complete.
+func TestListingFitsTerminationMessage(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Now().Add(-time.Hour)
+	const n = 200
+	for i := range n {
+		p := filepath.Join(dir, fmt.Sprintf("snapshot-%03d-of-a-long-name.db", i))
+		require.NoError(t, os.WriteFile(p, []byte("x"), 0o600))
+		at := base.Add(time.Duration(i) * time.Second)
+		require.NoError(t, os.Chtimes(p, at, at))
+	}
+	for _, f := range []string{"snapshot-999.db.sha256", "snapshot-998.db.part", ".hidden.db", "notes.txt"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600))
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub.db"), 0o700))
+	out := filepath.Join(t.TempDir(), "termination-log")
+	var stdout bytes.Buffer
+	require.Equal(t, 0, ListMain([]string{"--dir=" + dir, "--pattern=*.db", "--result=" + out}, &stdout))
+	msg, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(msg), maxMessage)
+	l := &Listing{}
+	require.NoError(t, json.Unmarshal(msg, l))
+	assert.Empty(t, l.Error)
+	require.NotEmpty(t, l.Files)
+	assert.Equal(t, n, len(l.Files)+l.Omitted, "every snapshot listed or counted; sidecars, partial, hidden files and directories none")
+	assert.Positive(t, l.Omitted)
+	assert.Equal(t, "snapshot-199-of-a-long-name.db", l.Files[0].Name, "newest first")
+	for i := 1; i < len(l.Files); i++ {
+		assert.Greater(t, l.Files[i-1].ModTime, l.Files[i].ModTime)
+	}
+
+	require.Equal(t, 0, ListMain([]string{"--dir=" + filepath.Join(dir, "missing"), "--result=" + out}, &stdout))
+	msg, err = os.ReadFile(out)
+	require.NoError(t, err)
+	l = &Listing{}
+	require.NoError(t, json.Unmarshal(msg, l))
+	assert.Contains(t, l.Error, "listing")
+	assert.NotNil(t, l.Files)
 }

@@ -146,6 +146,8 @@ type PodBackend struct {
 	Node string
 	// Memory bounds a check pod (the bbolt walk maps the file): 512Mi when zero.
 	Memory resource.Quantity
+	// Clock tells how old a lister pod's listing is; nil: the real clock.
+	Clock clock.PassiveClock
 }
 
 var _ backend.Backend = (*PodBackend)(nil)
@@ -245,11 +247,23 @@ func (b *PodBackend) start(ctx context.Context, run *securityv1.BackupVerifyRun,
 	if d, ok := ctx.Deadline(); ok {
 		deadline = max(1, int64(time.Until(d).Seconds())+1)
 	}
-	mem := b.memory()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: PodName(run), Namespace: b.Namespace, Labels: map[string]string{
-			securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name),
-			"app.kubernetes.io/name": PodLabelValue, "app.kubernetes.io/part-of": "coffer"}},
+	pod := b.pod(PodName(run), map[string]string{securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name),
+		"app.kubernetes.io/name": PodLabelValue}, node, []string{CheckCommand, "--dir=" + podSnapshotDir, "--ref=" + run.Spec.BackupRef.Name}, deadline, b.memory())
+	if err := b.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return backend.Outcome{}, backend.APIError("creating the check pod on node "+node, err)
+	}
+	return backend.Outcome{}, nil
+}
+
+// pod is a pod of this backend (a check or a lister) on node, running the verifier's image with
+// args: it reads the node's snapshot directory through a read-only hostPath as user 0 with every
+// capability dropped but CAP_DAC_READ_SEARCH, no service account token, no privilege escalation,
+// a read-only root filesystem, within deadline seconds and mem, and reports through its
+// termination message.
+func (b *PodBackend) pod(name string, labels map[string]string, node string, args []string, deadline int64, mem resource.Quantity) *corev1.Pod {
+	labels["app.kubernetes.io/part-of"] = "coffer"
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.Namespace, Labels: labels},
 		Spec: corev1.PodSpec{
 			NodeName: node, RestartPolicy: corev1.RestartPolicyNever, ActiveDeadlineSeconds: &deadline,
 			AutomountServiceAccountToken: ptr.To(false), EnableServiceLinks: ptr.To(false),
@@ -258,8 +272,7 @@ func (b *PodBackend) start(ctx context.Context, run *securityv1.BackupVerifyRun,
 			Volumes: []corev1.Volume{{Name: "snapshots", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
 				Path: b.HostDir, Type: ptr.To(corev1.HostPathDirectory)}}}},
 			Containers: []corev1.Container{{
-				Name: "check", Image: b.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Args:         []string{CheckCommand, "--dir=" + podSnapshotDir, "--ref=" + run.Spec.BackupRef.Name},
+				Name: "check", Image: b.Image, ImagePullPolicy: corev1.PullIfNotPresent, Args: args,
 				VolumeMounts: []corev1.VolumeMount{{Name: "snapshots", MountPath: podSnapshotDir, ReadOnly: true}},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false), Privileged: ptr.To(false),
@@ -267,17 +280,27 @@ func (b *PodBackend) start(ctx context.Context, run *securityv1.BackupVerifyRun,
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"DAC_READ_SEARCH"}},
 				},
 				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("50m")},
+					Requests: corev1.ResourceList{corev1.ResourceMemory: minQuantity(resource.MustParse("64Mi"), mem), corev1.ResourceCPU: resource.MustParse("50m")},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: mem},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			}},
 		},
 	}
-	if err := b.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
-		return backend.Outcome{}, backend.APIError("creating the check pod on node "+node, err)
+}
+
+func minQuantity(a, b resource.Quantity) resource.Quantity {
+	if a.Cmp(b) <= 0 {
+		return a
 	}
-	return backend.Outcome{}, nil
+	return b
+}
+
+func (b *PodBackend) clock() clock.PassiveClock {
+	if b.Clock != nil {
+		return b.Clock
+	}
+	return clock.RealClock{}
 }
 
 // PodSweeper deletes the check pods whose run is gone or ended (a run deleted, or timed out,
@@ -299,29 +322,37 @@ func (s *PodSweeper) Start(ctx context.Context) error {
 		if n, err := s.Sweep(ctx); err != nil {
 			log.Error(err, "Sweeping check pods; retrying at the next pass")
 		} else if n > 0 {
-			log.Info("Deleted check pods whose run is gone or ended", "deleted", n)
+			log.Info("Deleted check pods whose run is gone or ended, and stale lister pods", "deleted", n)
 		}
 	}, 10*time.Minute)
 	return nil
 }
 
-// Sweep deletes the check pods no live run will read, and reports how many.
+// Sweep deletes the check pods no live run will read, and the lister pods older than any
+// listing is read from (their policy gone, or the verifier down), and reports how many.
 func (s *PodSweeper) Sweep(ctx context.Context) (int, error) {
 	pods := &corev1.PodList{}
 	if err := s.Reader.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels{"app.kubernetes.io/name": PodLabelValue}); err != nil {
 		return 0, fmt.Errorf("listing check pods: %w", err)
 	}
-	if len(pods.Items) == 0 {
-		return 0, nil
+	listers := &corev1.PodList{}
+	if err := s.Reader.List(ctx, listers, client.InNamespace(s.Namespace), client.MatchingLabels{"app.kubernetes.io/name": ListerLabelValue}); err != nil {
+		return 0, fmt.Errorf("listing lister pods: %w", err)
 	}
-	live, err := backend.LiveRuns(ctx, s.Runs)
-	if err != nil {
-		return 0, err
+	var live map[types.UID]bool
+	if len(pods.Items) > 0 {
+		var err error
+		if live, err = backend.LiveRuns(ctx, s.Runs); err != nil {
+			return 0, err
+		}
 	}
 	n := 0
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if live[types.UID(p.Labels[securityv1.LabelRunUID])] || s.Clock.Since(p.CreationTimestamp.Time) < time.Minute {
+	all := append(pods.Items, listers.Items...)
+	for i := range all {
+		p := &all[i]
+		age := s.Clock.Since(p.CreationTimestamp.Time)
+		if p.Labels["app.kubernetes.io/name"] == ListerLabelValue && age < 2*(listStuck+listFresh) ||
+			p.Labels["app.kubernetes.io/name"] == PodLabelValue && (live[types.UID(p.Labels[securityv1.LabelRunUID])] || age < time.Minute) {
 			continue
 		}
 		if err := s.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -62,6 +63,12 @@ type Reconciler struct {
 	// SnapshotDir is the verifier's --etcd-snapshot-dir; empty: etcd-snapshot policies are not
 	// Ready.
 	SnapshotDir string
+	// Lister lists each node's snapshot directory (--etcd-check-pods); nil: an etcd-snapshot
+	// policy lists SnapshotDir itself.
+	Lister SnapshotLister
+
+	mu       sync.Mutex
+	listings map[string]listed
 }
 
 // Poll is how often a velero or etcd-snapshot policy looks for new backups (nothing notifies it:
@@ -89,21 +96,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	orig := pol.DeepCopy()
 	var wants []want
 	var err error
+	var etcd etcdPass
 	next := Resync
 	switch pol.Spec.Backend {
 	case securityv1.BackendVelero:
 		next = Poll
 		wants, err = r.velero(ctx, pol)
 	case securityv1.BackendEtcdSnapshot:
-		next = Poll
-		wants, err = r.etcd(ctx, pol)
+		etcd, err = r.etcd(ctx, pol)
+		wants, next = etcd.wants, etcd.next
+		if next == 0 { // not Ready before it listed
+			next = Poll
+		}
 	default:
 		wants, err = r.coffer(ctx, pol)
 	}
-	if err == nil {
-		err = r.createRuns(ctx, pol, wants)
-	}
+	// A policy not Ready may still ask for runs (the etcd snapshots of the nodes it could list).
 	var notReady notReadyError
+	if err == nil || errors.As(err, &notReady) && len(wants) > 0 {
+		if cerr := r.createRuns(ctx, pol, wants); cerr != nil {
+			err = cerr
+		}
+	}
 	switch {
 	case errors.As(err, &notReady):
 		r.setReady(pol, metav1.ConditionFalse, notReady.reason, notReady.Error())
@@ -112,7 +126,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case pol.Spec.Backend == securityv1.BackendVelero:
 		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, fmt.Sprintf("verifying %d Velero backup(s)", pol.Status.Backups))
 	case pol.Spec.Backend == securityv1.BackendEtcdSnapshot:
-		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, fmt.Sprintf("verifying %d etcd snapshot(s)", pol.Status.Backups))
+		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, etcd.ready)
 	default:
 		r.setReady(pol, metav1.ConditionTrue, securityv1.ReasonActive, fmt.Sprintf("verifying the Backups of %d Plan(s)", pol.Status.Plans))
 	}
@@ -160,7 +174,7 @@ func (w want) mode() securityv1.Mode { return w.spec.Mode }
 
 // listRuns lists the policy's runs (uncached), counts those in flight into its status, and
 // prunes those of backups that are gone.
-func (r *Reconciler) listRuns(ctx context.Context, pol *securityv1.BackupVerifyPolicy) error {
+func (r *Reconciler) listRuns(ctx context.Context, pol *securityv1.BackupVerifyPolicy, seen *etcdSeen) error {
 	runs := &securityv1.BackupVerifyRunList{}
 	if err := r.reader().List(ctx, runs, client.MatchingLabels{securityv1.LabelPolicy: backupsv1.BoundedName(63, pol.Name)}); err != nil {
 		return fmt.Errorf("listing the policy's runs: %w", err)
@@ -171,7 +185,7 @@ func (r *Reconciler) listRuns(ctx context.Context, pol *securityv1.BackupVerifyP
 			pol.Status.ActiveRuns++
 		}
 	}
-	return r.prune(ctx, runs.Items)
+	return r.prune(ctx, runs.Items, seen)
 }
 
 func (r *Reconciler) coffer(ctx context.Context, pol *securityv1.BackupVerifyPolicy) ([]want, error) {
@@ -197,7 +211,7 @@ func (r *Reconciler) coffer(ctx context.Context, pol *securityv1.BackupVerifyPol
 	if err := r.Client.List(ctx, plans, client.MatchingLabelsSelector{Selector: planSel}); err != nil {
 		return nil, fmt.Errorf("listing Plans: %w", err)
 	}
-	if err := r.listRuns(ctx, pol); err != nil {
+	if err := r.listRuns(ctx, pol, nil); err != nil {
 		return nil, err
 	}
 	// Runs of any policy (or made by hand under the same names) count: they are found by name.
@@ -355,13 +369,13 @@ func (r *Reconciler) create(ctx context.Context, pol *securityv1.BackupVerifyPol
 
 // prune deletes the policy's terminal runs whose Backup is gone: first their SecurityEvents, then
 // the run (its Result goes with it, by ownerReference). A run still running is left to end.
-func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRun) error {
+func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRun, seen *etcdSeen) error {
 	for i := range runs {
 		run := &runs[i]
 		if !run.Status.Phase.IsTerminal() {
 			continue
 		}
-		if gone, err := r.backupGone(ctx, run); err != nil || !gone {
+		if gone, err := r.backupGone(ctx, run, seen); err != nil || !gone {
 			if err != nil {
 				return err
 			}
@@ -378,7 +392,7 @@ func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRu
 // backupGone reports whether the backup of a policy's run is gone (deleted, or another one under
 // its name). A backend this verifier cannot look at (no Coffer, no Velero, no snapshot directory)
 // keeps its runs.
-func (r *Reconciler) backupGone(ctx context.Context, run *securityv1.BackupVerifyRun) (bool, error) {
+func (r *Reconciler) backupGone(ctx context.Context, run *securityv1.BackupVerifyRun, seen *etcdSeen) (bool, error) {
 	uid := run.Labels[securityv1.LabelBackupUID]
 	ref := run.Spec.BackupRef
 	switch run.Spec.Backend {
@@ -406,14 +420,7 @@ func (r *Reconciler) backupGone(ctx context.Context, run *securityv1.BackupVerif
 		}
 		return err != nil || string(vb.UID) != uid, nil
 	case securityv1.BackendEtcdSnapshot:
-		if uid == "" || r.SnapshotDir == "" {
-			return false, nil
-		}
-		id, err := snapshotID(r.SnapshotDir, ref.Name)
-		if err != nil {
-			return false, err
-		}
-		return id != uid, nil
+		return r.etcdGone(run, seen)
 	}
 	return false, nil
 }

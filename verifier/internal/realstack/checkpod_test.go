@@ -50,15 +50,26 @@ func checkPodOf(t *testing.T, run *securityv1.BackupVerifyRun) *corev1.Pod {
 // termination message, or with reason when it is set (OOMKilled: no message).
 func kubelet(t *testing.T, pod *corev1.Pod, reason string) {
 	t.Helper()
-	term := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}
+	kubeletOn(t, pod, reason, snapDir)
+}
+
+// kubeletOn is kubelet on a node whose snapshot directory is dir; it runs a lister pod's listing
+// (ListMain) as it runs a check pod's check.
+func kubeletOn(t *testing.T, pod *corev1.Pod, reason, dir string) {
+	t.Helper()
+	term := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: metav1.Now()}
 	if reason != "" {
-		term = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: reason}
+		term = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: reason, FinishedAt: metav1.Now()}
 	} else {
 		args := append([]string(nil), pod.Spec.Containers[0].Args[1:]...)
 		out := filepath.Join(t.TempDir(), "termination-log")
-		args = append(args, "--dir="+snapDir, "--result="+out) // the hostPath, as the pod sees it at /snapshots
+		args = append(args, "--dir="+dir, "--result="+out) // the hostPath, as the pod sees it at /snapshots
 		var stdout bytes.Buffer
-		require.Equal(t, 0, etcdsnap.PodMain(args, &stdout))
+		main := etcdsnap.PodMain
+		if pod.Spec.Containers[0].Args[0] == etcdsnap.ListCommand {
+			main = etcdsnap.ListMain
+		}
+		require.Equal(t, 0, main(args, &stdout))
 		msg, err := os.ReadFile(out)
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(msg), 4096, "within the kubelet's bound on termination messages")
