@@ -26,6 +26,7 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerov1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/golden"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
@@ -47,6 +48,8 @@ var Kinds = []schema.GroupVersionResource{
 type Options struct {
 	// Dir holds the cluster's state and logs; empty means a new temp dir.
 	Dir string
+	// Components run as processes; nil: golden.Default.
+	Components []components.Spec
 }
 
 // Run brings the stack up, walks through the golden lifecycle with a progress line per step,
@@ -64,7 +67,7 @@ func Run(ctx context.Context, out io.Writer, opts Options) (*golden.Stack, *gold
 			return nil, nil, err
 		}
 	}
-	s, err := golden.Start(ctx, golden.Options{Dir: dir, Say: say})
+	s, err := golden.Start(ctx, golden.Options{Dir: dir, Say: say, Components: opts.Components})
 	if err != nil {
 		return s, nil, err
 	}

@@ -189,17 +189,6 @@ func start(t *testing.T, ctx context.Context) *env {
 	e := &env{ctx: ctx, cl: cl, cs: cs, n: n, s3: s3, data: filepath.Join(work, "volumes"), gone: map[string]string{}}
 	require.NoError(t, os.MkdirAll(e.data, 0o755))
 
-	// The node is the control plane's: label it so (the verifier prefers such a node, and an
-	// etcd-snapshot policy lists them).
-	nd := &corev1.Node{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: n.Name}, nd))
-	patch := client.MergeFrom(nd.DeepCopy())
-	if nd.Labels == nil {
-		nd.Labels = map[string]string{}
-	}
-	nd.Labels[controlPlaneLabel] = ""
-	require.NoError(t, cl.Patch(ctx, nd, patch))
-
 	require.NoError(t, velerostack.InstallCRDs(ctx, cl, filepath.Join(assets, "velero")))
 
 	began = time.Now()
@@ -226,6 +215,18 @@ func start(t *testing.T, ctx context.Context) *env {
 	}
 	e.waitRolledOut(t, 6*time.Minute)
 	t.Logf("all Deployments rolled out (every replica Ready) %s after the install", time.Since(began).Round(time.Second))
+
+	// Every component, the verifier included, ran on a cluster without control-plane nodes. The
+	// node is the control plane's: label it so now (an etcd-snapshot policy lists such nodes).
+	nd := &corev1.Node{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: n.Name}, nd))
+	require.NotContains(t, nd.Labels, controlPlaneLabel)
+	patch := client.MergeFrom(nd.DeepCopy())
+	if nd.Labels == nil {
+		nd.Labels = map[string]string{}
+	}
+	nd.Labels[controlPlaneLabel] = ""
+	require.NoError(t, cl.Patch(ctx, nd, patch))
 	return e
 }
 

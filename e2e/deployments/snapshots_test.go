@@ -159,12 +159,14 @@ func (e *env) verifySnapshotPolicy(t *testing.T) {
 	require.NoError(t, e.cl.Patch(e.ctx, pol, patch))
 
 	runs := &securityv1.BackupVerifyRunList{}
+	began := time.Now()
 	e.poll(t, "the policy's run of the snapshot to end", 3*time.Minute, func() (bool, error) {
 		err := e.cl.List(e.ctx, runs, client.InNamespace("etcd-verify"), client.MatchingLabels{securityv1.LabelPolicy: pol.Name})
 		return err == nil && len(runs.Items) > 0 && runs.Items[0].Status.Phase.IsTerminal(), err
 	})
 	require.Len(t, runs.Items, 1, "one run of the one snapshot")
 	run := runs.Items[0]
+	t.Logf("etcd-snapshot policy: run %s ended %s after the policy changed", run.Name, time.Since(began).Round(100*time.Millisecond))
 	assert.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
 	assert.Equal(t, e.n.Name, run.Spec.BackupRef.Node, "checked on the node that holds it")
 	assert.Equal(t, prefix+"nightly.db", run.Spec.BackupRef.Name)

@@ -46,6 +46,20 @@ func Default(etcdSnapshotDir string) []components.Spec {
 	}
 }
 
+// Managed are the four components as deploy/ runs them, the verifier as deploy/managed/verifier
+// runs it (its Deployment's own arguments): no etcd-snapshot backend, for clusters whose control
+// plane takes no pods, as this one (it has no nodes at all).
+func Managed(root string) ([]components.Spec, error) {
+	args, err := manifests.DeploymentArgs(filepath.Join(root, "deploy", "managed", "verifier"),
+		map[string]string{"CLUSTER_ID": "local", "CLUSTER_NAME": "coffer-local", "POD_NAMESPACE": "ugallu-system"})
+	if err != nil {
+		return nil, err
+	}
+	specs := Default("")
+	specs[3].Args = args
+	return specs, nil
+}
+
 // Stack is a running local cluster with Coffer's components.
 type Stack struct {
 	Root       string

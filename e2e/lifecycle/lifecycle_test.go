@@ -21,13 +21,24 @@ import (
 	"github.com/coffer-backup/coffer/e2e/demo"
 	"github.com/coffer-backup/coffer/e2e/golden"
 	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 )
 
+// TestGoldenLifecycle walks the demo's lifecycle with the verifier as deploy/managed/verifier runs
+// it (its Deployment's arguments: no etcd-snapshot backend) on this cluster, which has no
+// control-plane nodes, nor any node: the managed install verifies the Velero backup and the
+// Coffer Backup, checksum-only and by full restore, as the default install does (make demo runs
+// that one).
 func TestGoldenLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	root, err := manifests.RepoRoot()
+	require.NoError(t, err)
+	specs, err := golden.Managed(root)
+	require.NoError(t, err)
+	require.Contains(t, specs[3].Args, "--etcd-snapshot-dir=", "the managed variant's verifier")
 	var out bytes.Buffer
-	s, sum, err := demo.Run(ctx, &out, demo.Options{Dir: t.TempDir()})
+	s, sum, err := demo.Run(ctx, &out, demo.Options{Dir: t.TempDir(), Components: specs})
 	if s != nil {
 		t.Cleanup(s.Stop)
 		for _, c := range s.Components {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,4 +196,64 @@ func Nodeless(objs []*unstructured.Unstructured) (take []*unstructured.Unstructu
 		}
 	}
 	return take, skipped
+}
+
+// harnessFlags are the flags a harness-run component gets from the harness (components.Restart),
+// not from its Deployment: the API server's address, leader election's namespace and the local
+// ports.
+var harnessFlags = []string{"--kubeconfig", "--leader-elect", "--leader-election-namespace", "--metrics-bind-address", "--health-probe-bind-address"}
+
+// DeploymentArgs renders the Kustomize tree dir and returns the arguments of the first container
+// of its one Deployment, as a process run by the harness takes them: the $(VAR) references
+// replaced from env (a variable env lacks is an error), the flags the harness sets left out.
+func DeploymentArgs(dir string, env map[string]string) ([]string, error) {
+	objs, err := Render(dir)
+	if err != nil {
+		return nil, err
+	}
+	var args []any
+	found := 0
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		found++
+		containers, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if err != nil || len(containers) == 0 {
+			return nil, fmt.Errorf("%s: Deployment %s has no containers (%v)", dir, o.GetName(), err)
+		}
+		c, _ := containers[0].(map[string]any)
+		args, _ = c["args"].([]any)
+	}
+	if found != 1 {
+		return nil, fmt.Errorf("%s renders %d Deployments, not one", dir, found)
+	}
+	var out []string
+	for _, a := range args {
+		s, ok := a.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s: argument %v is not a string", dir, a)
+		}
+		name, _, _ := strings.Cut(s, "=")
+		if slices.Contains(harnessFlags, name) {
+			continue
+		}
+		for {
+			i := strings.Index(s, "$(")
+			if i < 0 {
+				break
+			}
+			j := strings.Index(s[i:], ")")
+			if j < 0 {
+				return nil, fmt.Errorf("%s: unterminated reference in %q", dir, s)
+			}
+			v, ok := env[s[i+2:i+j]]
+			if !ok {
+				return nil, fmt.Errorf("%s: argument %q names %s, which the caller gave no value", dir, s, s[i+2:i+j])
+			}
+			s = s[:i] + v + s[i+j+1:]
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -51,3 +51,24 @@ func TestComponentsRender(t *testing.T) {
 		})
 	}
 }
+
+// The managed verifier's arguments, as a harness-run process takes them: the Deployment's own,
+// its environment references resolved, the harness's flags left out.
+func TestDeploymentArgs(t *testing.T) {
+	root, err := RepoRoot()
+	require.NoError(t, err)
+	env := map[string]string{"CLUSTER_ID": "c-1", "CLUSTER_NAME": "local", "POD_NAMESPACE": "ugallu-system"}
+	args, err := DeploymentArgs(filepath.Join(root, "deploy", "managed", "verifier"), env)
+	require.NoError(t, err)
+	assert.Contains(t, args, "--etcd-snapshot-dir=")
+	assert.Contains(t, args, "--cluster-id=c-1")
+	assert.Contains(t, args, "--checksum-trust-namespace=ugallu-system")
+	for _, a := range args {
+		assert.NotContains(t, a, "$(")
+		assert.NotContains(t, a, "--leader-elect")
+		assert.NotContains(t, a, "-bind-address")
+	}
+	delete(env, "POD_NAMESPACE")
+	_, err = DeploymentArgs(filepath.Join(root, "deploy", "managed", "verifier"), env)
+	assert.ErrorContains(t, err, "POD_NAMESPACE")
+}
