@@ -2,6 +2,7 @@ package driverkit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -58,6 +60,8 @@ type Catalog struct {
 	// what a restore here needs (driver-job: the catalog's class parameters, never the record's,
 	// whose endpoint could send a restore's credentials elsewhere).
 	DriverMetadata func(recorded map[string]string) map[string]string
+	// Progress, when set, is told how many records' Backups are made so far (CatalogImporting).
+	Progress Progress
 }
 
 // CatalogResult is what a sync did and found.
@@ -121,6 +125,7 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 		wg       sync.WaitGroup
 	)
 	seen := map[client.ObjectKey]bool{}
+	done := 0
 	work := make(chan item)
 	workers := c.Workers
 	if workers <= 0 {
@@ -140,6 +145,8 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 				}
 				b, created, skip, err := c.ensure(ctx, it.key, it.e, prev)
 				mu.Lock()
+				done++
+				n := done
 				switch {
 				case err != nil:
 					if firstErr == nil {
@@ -157,6 +164,9 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 					ours[it.key] = b
 				}
 				mu.Unlock()
+				if c.Progress != nil {
+					c.Progress(backupsv1.CatalogImporting, n, len(items))
+				}
 			}
 		}()
 	}
@@ -332,9 +342,16 @@ func reportCatalog(rec events.EventRecorder, obj runtime.Object, gen int64, now 
 // error with a reason (storage, credentials: reported on obj) or without (the API server's:
 // returned, for a retry with backoff). The next sync comes after intervalSeconds.
 func SyncCatalog(ctx context.Context, c client.Client, rec events.EventRecorder, now metav1.Time, obj client.Object, conditions *[]metav1.Condition,
-	status **backupsv1.CatalogStatus, intervalSeconds *int32, where string, sync func() (CatalogResult, string, error)) (ctrl.Result, error) {
+	status **backupsv1.CatalogStatus, intervalSeconds *int32, where string, sync func(Progress) (CatalogResult, string, error)) (ctrl.Result, error) {
 	orig := obj.DeepCopyObject().(client.Object)
-	res, reason, err := sync()
+	pw := &progressWriter{ctx: ctx, c: c, obj: obj, status: *status, start: now, last: time.Now()}
+	res, reason, err := sync(pw.report)
+	if rv, err := pw.clear(); err != nil {
+		return ctrl.Result{}, err
+	} else if rv != "" { // the report is written over the progress
+		orig.SetResourceVersion(rv)
+		obj.SetResourceVersion(rv)
+	}
 	if err != nil && reason == "" {
 		return ctrl.Result{}, err
 	}
@@ -355,4 +372,71 @@ func catalogInterval(intervalSeconds *int32) time.Duration {
 		return time.Duration(*intervalSeconds) * time.Second
 	}
 	return time.Duration(backupsv1.DefaultCatalogInterval) * time.Second
+}
+
+// Progress is told how far a catalog sync is: in phase (backupsv1.CatalogReading or
+// CatalogImporting), done of total records. It may be called from several goroutines.
+type Progress func(phase string, done, total int)
+
+// CatalogProgressEvery is how often a sync under way writes its progress on the strategy
+// (status.catalog.syncing), from this long after it began: a sync shorter than that writes none.
+var CatalogProgressEvery = 10 * time.Second
+
+// progressWriter writes a sync's progress into the strategy's status.catalog.syncing, at most
+// every CatalogProgressEvery, each write a merge patch of status.catalog alone on a copy of the
+// strategy (the sync reads the strategy meanwhile); clear removes it when the sync ends.
+type progressWriter struct {
+	ctx    context.Context
+	c      client.Client
+	obj    client.Object
+	status *backupsv1.CatalogStatus // the strategy's catalog status when the sync began
+	start  metav1.Time
+
+	mu    sync.Mutex
+	last  time.Time
+	wrote bool
+}
+
+func (p *progressWriter) report(phase string, done, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.last) < CatalogProgressEvery {
+		return
+	}
+	p.last = time.Now()
+	st := backupsv1.CatalogStatus{}
+	if p.status != nil {
+		st = *p.status.DeepCopy()
+	}
+	st.Syncing = &backupsv1.CatalogProgress{StartTime: p.start, Phase: phase, Done: int32(done), Total: int32(total)}
+	if err := p.patch(map[string]any{"syncing": st.Syncing, "records": st.Records, "imported": st.Imported, "created": st.Created,
+		"removed": st.Removed, "own": st.Own, "skipped": st.Skipped}); err != nil {
+		ctrl.LoggerFrom(p.ctx).V(1).Info("Writing the catalog's progress failed; the sync goes on", "error", err.Error())
+		return
+	}
+	p.wrote = true
+}
+
+// clear removes the progress a sync wrote, and returns the strategy's resourceVersion after it
+// ("" when the sync wrote none).
+func (p *progressWriter) clear() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.wrote {
+		return "", nil
+	}
+	cp := p.obj.DeepCopyObject().(client.Object)
+	if err := p.c.Status().Patch(p.ctx, cp, client.RawPatch(types.MergePatchType, []byte(`{"status":{"catalog":{"syncing":null}}}`))); err != nil {
+		return "", fmt.Errorf("clearing the catalog's progress on %s: %w", p.obj.GetName(), err)
+	}
+	p.wrote = false
+	return cp.GetResourceVersion(), nil
+}
+
+func (p *progressWriter) patch(catalog map[string]any) error {
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"catalog": catalog}})
+	if err != nil {
+		return err
+	}
+	return p.c.Status().Patch(p.ctx, p.obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, data))
 }

@@ -33,6 +33,30 @@ type CatalogStatus struct {
 	// not their import, a missing namespace); the CatalogSynced message and Warning events say
 	// which and why.
 	Skipped int32 `json:"skipped"`
+	// syncing says how far the sync under way is, once it has run for a while (a first sync of a
+	// large bucket takes minutes); unset when no sync runs.
+	// +optional
+	Syncing *CatalogProgress `json:"syncing,omitempty"`
+}
+
+// Phases of a catalog sync under way.
+const (
+	// CatalogReading: the driver reads the records in storage.
+	CatalogReading = "Reading"
+	// CatalogImporting: the records' Backups are made, or found made.
+	CatalogImporting = "Importing"
+)
+
+// CatalogProgress is how far a catalog sync under way is.
+type CatalogProgress struct {
+	// startTime is when the sync began.
+	StartTime metav1.Time `json:"startTime"`
+	// phase is Reading (the records in storage) or Importing (their Backups).
+	// +kubebuilder:validation:Enum=Reading;Importing
+	Phase string `json:"phase"`
+	// done of total are the records read, or imported (or found imported), so far.
+	Done  int32 `json:"done"`
+	Total int32 `json:"total"`
 }
 
 // Condition type and reasons of a strategy's catalog.

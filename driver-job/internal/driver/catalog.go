@@ -76,12 +76,14 @@ func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		return reconcile.Result{}, nil
 	}
 	return driverkit.SyncCatalog(ctx, c.Client, c.Recorder, metav1.NewTime(c.Clock.Now()), strat, &strat.Status.Conditions, &strat.Status.Catalog,
-		src.IntervalSeconds, fmt.Sprintf("s3://%s/%s", src.Bucket, src.Prefix), func() (driverkit.CatalogResult, string, error) { return c.sync(ctx, strat) })
+		src.IntervalSeconds, fmt.Sprintf("s3://%s/%s", src.Bucket, src.Prefix), func(p driverkit.Progress) (driverkit.CatalogResult, string, error) {
+			return c.sync(ctx, strat, p)
+		})
 }
 
 // sync lists and reads the records and imports them. An error with a reason is the storage's or
 // the credentials' (said on the strategy); one without is the API server's.
-func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (driverkit.CatalogResult, string, error) {
+func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, progress driverkit.Progress) (driverkit.CatalogResult, string, error) {
 	src := strat.Spec.Catalog
 	secret := &corev1.Secret{}
 	if err := c.Live.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: src.CredentialsSecretName}, secret); err != nil {
@@ -103,7 +105,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 	if err != nil {
 		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf("the catalog's endpoint: %w", err)
 	}
-	entries, skipped, failed, err := c.read(ctx, s3, strat.Name, src)
+	entries, skipped, failed, err := c.read(ctx, s3, strat.Name, src, progress)
 	if err != nil {
 		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogUnreadable, err
 	}
@@ -113,7 +115,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 	}
 	cat := driverkit.Catalog{Client: c.Client, Driver: names.DriverName, Name: strat.Name,
 		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
-		NamespaceMapping: map[string]string{}}
+		NamespaceMapping: map[string]string{}, Progress: progress}
 	for from, to := range src.NamespaceMapping {
 		cat.NamespaceMapping[from] = string(to)
 	}
@@ -150,7 +152,10 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy) (dr
 
 // read lists the bucket under the prefix and returns the valid records whose artifact is beside
 // them, the reasons the others are skipped, and how many records could not be read.
-func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, src *jobapi.CatalogSource) ([]driverkit.CatalogEntry, map[string]string, int, error) {
+func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, src *jobapi.CatalogSource, progress driverkit.Progress) ([]driverkit.CatalogEntry, map[string]string, int, error) {
+	if progress == nil {
+		progress = func(string, int, int) {}
+	}
 	// Streamed: of the listing, only the records and whether each has its artifact are kept.
 	records, withArtifact, err := listRecords(ctx, s3, src.Bucket, src.Prefix)
 	if err != nil {
@@ -177,7 +182,7 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 		threads = 8
 	}
 	var mu sync.Mutex
-	failed := 0
+	failed, read := 0, 0
 	work := make(chan string)
 	var wg sync.WaitGroup
 	for range min(threads, max(len(todo), 1)) {
@@ -193,7 +198,10 @@ func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, s
 				} else {
 					next[k] = kr
 				}
+				read++
+				n := read
 				mu.Unlock()
+				progress(backupsv1.CatalogReading, n, len(todo))
 			}
 		}()
 	}

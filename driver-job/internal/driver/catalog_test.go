@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +31,7 @@ import (
 	"github.com/coffer-backup/coffer/driver-job/internal/agent"
 	"github.com/coffer-backup/coffer/driver-job/internal/driver"
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
+	"github.com/coffer-backup/coffer/driverkit"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
@@ -340,4 +343,74 @@ func TestCatalogMapsARecordByTheFirstSegmentOfItsKey(t *testing.T) {
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "nightly-02"}, b))
 	require.Equal(t, genuine.Artifact, *b.Status.Artifact, "B's own record holds the name")
 	require.Equal(t, agent.ArtifactURI(bucket, agent.RecordKey(nsB+"/web/nightly-02.tar")), b.Annotations[backupsv1.AnnotationRecord])
+}
+
+// A sync that runs a while says how far it is on the strategy (status.catalog.syncing: reading
+// the records, then importing their Backups, done of total), and says nothing of it once it
+// ended. Progress is written every driverkit.CatalogProgressEvery: here after every record.
+func TestCatalogSyncReportsProgress(t *testing.T) {
+	ctx := context.Background()
+	every := driverkit.CatalogProgressEvery
+	driverkit.CatalogProgressEvery = 0
+	t.Cleanup(func() { driverkit.CatalogProgressEvery = every })
+	f := newFixture(t, nil)
+	stack := s3(t)
+	bucket := strings.ToLower(f.ns) + "-progress"
+	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+	driverNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-system-"}}
+	require.NoError(t, cl.Create(ctx, driverNS))
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
+		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
+	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket,
+		CredentialsSecretName: "catalog-creds", Parameters: map[string]string{"bucket": bucket}}
+	require.NoError(t, cl.Update(ctx, f.strategy))
+	const n = 12
+	for i := range n {
+		name := fmt.Sprintf("nightly-%02d", i)
+		putRecord(t, bucket, foreignRecord(f.ns, name, bucket, f.ns+"/web/"+name+".tar"), true)
+	}
+
+	w, err := cl.Watch(ctx, &jobapi.JobBackupStrategyList{}, client.MatchingFields{"metadata.name": f.strategy.Name})
+	require.NoError(t, err)
+	defer w.Stop()
+	var seen []backupsv1.CatalogProgress
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ev := range w.ResultChan() {
+			if s, ok := ev.Object.(*jobapi.JobBackupStrategy); ok && s.Status.Catalog != nil {
+				if p := s.Status.Catalog.Syncing; p != nil {
+					seen = append(seen, *p)
+				} else if s.Status.Catalog.LastSyncTime != nil {
+					return // the report: the sync ended
+				}
+			}
+		}
+	}()
+	kit := driver.New(&driver.Driver{Client: cl, Live: cl, Scheme: sch, Recorder: f.rec}, f.clock)
+	cat := &driver.Catalog{Client: cl, Live: cl, Recorder: f.rec, Clock: f.clock, Namespace: driverNS.Name, Kit: kit}
+	_, err = cat.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: f.strategy.Name}})
+	require.NoError(t, err)
+	select {
+	case <-watched:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sync's report was not seen")
+	}
+	phases := map[string]bool{}
+	for _, p := range seen {
+		phases[p.Phase] = true
+		assert.Equal(t, int32(n), p.Total, "%+v", p)
+		assert.LessOrEqual(t, p.Done, p.Total)
+		assert.Positive(t, p.Done)
+		assert.False(t, p.StartTime.IsZero())
+	}
+	assert.True(t, phases[backupsv1.CatalogReading], "reading the records was reported: %+v", seen)
+	assert.True(t, phases[backupsv1.CatalogImporting], "importing their Backups was reported: %+v", seen)
+
+	strat := &jobapi.JobBackupStrategy{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(f.strategy), strat))
+	require.NotNil(t, strat.Status.Catalog)
+	assert.Nil(t, strat.Status.Catalog.Syncing, "no progress once the sync ended")
+	assert.Equal(t, int32(n), strat.Status.Catalog.Created)
+	assert.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(strat.Status.Conditions, backupsv1.ConditionCatalogSynced).Status)
 }

@@ -92,12 +92,12 @@ func (c *Catalog) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		where += ", location " + src.StorageLocation
 	}
 	return driverkit.SyncCatalog(ctx, d.Client, d.Recorder, metav1.NewTime(c.Clock.Now()), strat, &strat.Status.Conditions, &strat.Status.Catalog,
-		src.IntervalSeconds, where, func() (driverkit.CatalogResult, string, error) { return c.sync(ctx, strat) })
+		src.IntervalSeconds, where, func(p driverkit.Progress) (driverkit.CatalogResult, string, error) { return c.sync(ctx, strat, p) })
 }
 
 // sync reads the records of the synced Velero backups and imports them. An error with a reason is
 // the storage's (a tarball that could not be measured); one without is the API server's.
-func (c *Catalog) sync(ctx context.Context, strat Strategy) (driverkit.CatalogResult, string, error) {
+func (c *Catalog) sync(ctx context.Context, strat Strategy, progress driverkit.Progress) (driverkit.CatalogResult, string, error) {
 	d, src := c.Driver, strat.Spec.Catalog
 	self, err := d.kit.SourceCluster(ctx)
 	if err != nil {
@@ -181,7 +181,7 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy) (driverkit.CatalogRe
 	}
 	cat := driverkit.Catalog{Client: d.Client, Driver: names.DriverName, Name: strat.Name, Finalizer: names.Finalizer,
 		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: strat.Name},
-		NamespaceMapping: map[string]string{}}
+		NamespaceMapping: map[string]string{}, Progress: progress}
 	for from, to := range src.NamespaceMapping {
 		cat.NamespaceMapping[from] = string(to)
 	}
