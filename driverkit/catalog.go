@@ -409,8 +409,7 @@ func (p *progressWriter) report(phase string, done, total int) {
 		st = *p.status.DeepCopy()
 	}
 	st.Syncing = &backupsv1.CatalogProgress{StartTime: p.start, Phase: phase, Done: int32(done), Total: int32(total)}
-	if err := p.patch(map[string]any{"syncing": st.Syncing, "records": st.Records, "imported": st.Imported, "created": st.Created,
-		"removed": st.Removed, "own": st.Own, "skipped": st.Skipped}); err != nil {
+	if err := p.patch(&st); err != nil { // the whole catalog status: its counts are required fields
 		ctrl.LoggerFrom(p.ctx).V(1).Info("Writing the catalog's progress failed; the sync goes on", "error", err.Error())
 		return
 	}
@@ -433,7 +432,7 @@ func (p *progressWriter) clear() (string, error) {
 	return cp.GetResourceVersion(), nil
 }
 
-func (p *progressWriter) patch(catalog map[string]any) error {
+func (p *progressWriter) patch(catalog *backupsv1.CatalogStatus) error {
 	data, err := json.Marshal(map[string]any{"status": map[string]any{"catalog": catalog}})
 	if err != nil {
 		return err

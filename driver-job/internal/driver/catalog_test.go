@@ -86,6 +86,18 @@ func foreignRecord(ns, name, bucket, key string) *backupsv1.ArtifactRecord {
 	}
 }
 
+// driverNamespace creates the driver's namespace and, in it, the catalog's credentials Secret
+// catalog-creds (MinIO's keys).
+func driverNamespace(t *testing.T) *corev1.Namespace {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-system-"}}
+	require.NoError(t, cl.Create(ctx, ns))
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: ns.Name},
+		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
+	return ns
+}
+
 func put(t *testing.T, bucket, key string, data []byte) {
 	t.Helper()
 	_, err := s3(t).S3.PutObject(context.Background(), bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
@@ -122,11 +134,7 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 	bucket := strings.ToLower(strings.ReplaceAll(f.ns, "_", "-"))
 	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
 
-	// The driver's namespace and its credentials Secret.
-	driverNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-system-"}}
-	require.NoError(t, cl.Create(ctx, driverNS))
-	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
-		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
+	driverNS := driverNamespace(t)
 	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket,
 		CredentialsSecretName: "catalog-creds", NamespaceMapping: map[string]backupsv1.NamespaceName{"tenant-in-a": backupsv1.NamespaceName(f.ns)}, IntervalSeconds: ptr.To[int32](60),
 		Parameters: map[string]string{"bucket": "as-b-sees-it"}}
@@ -299,10 +307,7 @@ func TestCatalogMapsARecordByTheFirstSegmentOfItsKey(t *testing.T) {
 	stack := s3(t)
 	bucket := strings.ToLower(nsA)
 	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
-	driverNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-system-"}}
-	require.NoError(t, cl.Create(ctx, driverNS))
-	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
-		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
+	driverNS := driverNamespace(t)
 	for _, f := range []*fixture{fa, fb} {
 		f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket, Prefix: f.ns + "/",
 			CredentialsSecretName: "catalog-creds", Parameters: map[string]string{"bucket": bucket}}
@@ -357,10 +362,7 @@ func TestCatalogSyncReportsProgress(t *testing.T) {
 	stack := s3(t)
 	bucket := strings.ToLower(f.ns) + "-progress"
 	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
-	driverNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-system-"}}
-	require.NoError(t, cl.Create(ctx, driverNS))
-	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "catalog-creds", Namespace: driverNS.Name},
-		Data: map[string][]byte{agent.EnvAccessKeyID: []byte(velerostack.AccessKey), agent.EnvSecretAccessKey: []byte(velerostack.SecretKey)}}))
+	driverNS := driverNamespace(t)
 	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket,
 		CredentialsSecretName: "catalog-creds", Parameters: map[string]string{"bucket": bucket}}
 	require.NoError(t, cl.Update(ctx, f.strategy))

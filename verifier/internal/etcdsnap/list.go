@@ -79,12 +79,6 @@ func Skipped(name string) bool {
 	return strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".sha256") || strings.HasSuffix(name, ".part") || strings.HasSuffix(name, ".tmp")
 }
 
-// ValidPattern checks a policy's file name pattern (Go's path.Match).
-func ValidPattern(pattern string) error {
-	_, err := path.Match(pattern, "")
-	return err
-}
-
 // ListFiles lists the regular files of dir that pattern selects, but for those Skipped, newest
 // first.
 func ListFiles(dir, pattern string) (*Listing, error) {

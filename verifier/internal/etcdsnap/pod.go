@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
@@ -331,32 +333,35 @@ func (s *PodSweeper) Start(ctx context.Context) error {
 // Sweep deletes the check pods no live run will read, and the lister pods older than any
 // listing is read from (their policy gone, or the verifier down), and reports how many.
 func (s *PodSweeper) Sweep(ctx context.Context) (int, error) {
-	pods := &corev1.PodList{}
-	if err := s.Reader.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels{"app.kubernetes.io/name": PodLabelValue}); err != nil {
-		return 0, fmt.Errorf("listing check pods: %w", err)
+	ours, err := labels.NewRequirement("app.kubernetes.io/name", selection.In, []string{PodLabelValue, ListerLabelValue})
+	if err != nil {
+		return 0, err
 	}
-	listers := &corev1.PodList{}
-	if err := s.Reader.List(ctx, listers, client.InNamespace(s.Namespace), client.MatchingLabels{"app.kubernetes.io/name": ListerLabelValue}); err != nil {
-		return 0, fmt.Errorf("listing lister pods: %w", err)
+	pods := &corev1.PodList{}
+	if err := s.Reader.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*ours)}); err != nil {
+		return 0, fmt.Errorf("listing check and lister pods: %w", err)
 	}
 	var live map[types.UID]bool
-	if len(pods.Items) > 0 {
-		var err error
-		if live, err = backend.LiveRuns(ctx, s.Runs); err != nil {
-			return 0, err
-		}
-	}
 	n := 0
-	all := append(pods.Items, listers.Items...)
-	for i := range all {
-		p := &all[i]
+	for i := range pods.Items {
+		p := &pods.Items[i]
 		age := s.Clock.Since(p.CreationTimestamp.Time)
-		if p.Labels["app.kubernetes.io/name"] == ListerLabelValue && age < 2*(listStuck+listFresh) ||
-			p.Labels["app.kubernetes.io/name"] == PodLabelValue && (live[types.UID(p.Labels[securityv1.LabelRunUID])] || age < time.Minute) {
-			continue
+		if p.Labels["app.kubernetes.io/name"] == ListerLabelValue {
+			if age < 2*(listStuck+listFresh) {
+				continue
+			}
+		} else {
+			if live == nil {
+				if live, err = backend.LiveRuns(ctx, s.Runs); err != nil {
+					return n, err
+				}
+			}
+			if live[types.UID(p.Labels[securityv1.LabelRunUID])] || age < time.Minute {
+				continue
+			}
 		}
 		if err := s.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
-			return n, fmt.Errorf("deleting check pod %s: %w", p.Name, err)
+			return n, fmt.Errorf("deleting pod %s: %w", p.Name, err)
 		}
 		n++
 	}

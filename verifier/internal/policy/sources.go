@@ -188,7 +188,7 @@ func (r *Reconciler) etcd(ctx context.Context, pol *securityv1.BackupVerifyPolic
 	if pattern == "" {
 		pattern = "*"
 	}
-	if err := etcdsnap.ValidPattern(pattern); err != nil {
+	if _, err := path.Match(pattern, ""); err != nil {
 		return etcdPass{}, notReadyError{securityv1.ReasonInvalidSelector, fmt.Errorf("etcdSnapshots.pattern %q: %w", pattern, err)}
 	}
 	settle := DefaultSettle
