@@ -54,6 +54,12 @@ func (k *Kit[S]) reconcileBackup(ctx context.Context, req reconcile.Request) (re
 	if k.Finalizer == "" || !controllerutil.ContainsFinalizer(b, k.Finalizer) {
 		return reconcile.Result{}, nil
 	}
+	// The driver deletes from, and the kit writes on, the Backup as the API server holds it: the
+	// cached copy may be trimmed (TrimBackup). A deletion is rare, so is this read.
+	b, err := k.live(ctx, req.NamespacedName)
+	if err != nil || b == nil || !k.Strategy.Owns(b.Spec.StrategyRef) || b.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(b, k.Finalizer) {
+		return reconcile.Result{}, err
+	}
 	out, err := k.Driver.DeleteArtifact(ctx, b)
 	if err != nil {
 		return k.deletionFailing(ctx, b, err)
@@ -157,6 +163,10 @@ const ArtifactConfirmDelay = 3 * time.Minute
 // the first check that finds the artifact gone writes Unknown (ArtifactAbsenceUnconfirmed), and
 // only a check at least k.ArtifactConfirmDelay later that still finds it gone writes False. A
 // driver that needs more to confirm (its storage to be synced since) answers Unknown meanwhile.
+//
+// It decides from b, the cached copy (trimmed: TrimBackup keeps the ArtifactAvailable condition
+// whole): when the condition would not change, it makes no request. Otherwise it reads the Backup
+// uncached, decides again on that copy, and writes the status patch computed from it.
 func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) (reconcile.Result, error) {
 	checker, ok := k.Driver.(ArtifactChecker)
 	if !ok || b.Status.Phase != backupsv1.BackupReady {
@@ -166,9 +176,36 @@ func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) (reconc
 	if err != nil || cond == nil {
 		return reconcile.Result{}, err
 	}
+	res, next := k.artifactCondition(b, *cond)
+	if next == nil || shown(b, next) {
+		return res, nil
+	}
+	live, err := k.live(ctx, client.ObjectKeyFromObject(b))
+	if err != nil || live == nil || live.UID != b.UID || live.Status.Phase != backupsv1.BackupReady || !live.DeletionTimestamp.IsZero() {
+		return res, err
+	}
+	if res, next = k.artifactCondition(live, *cond); next == nil {
+		return res, nil
+	}
+	orig := live.DeepCopy()
+	if next.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed && !absenceUnconfirmed(live) {
+		// The wait is measured from this first sighting, whatever Unknown stood before.
+		meta.RemoveStatusCondition(&live.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	}
+	meta.SetStatusCondition(&live.Status.Conditions, *next)
+	wrote, err := PatchStatus(ctx, k.Client, live, orig)
+	if wrote && next.Status != metav1.ConditionTrue {
+		k.Recorder.Eventf(live, nil, corev1.EventTypeWarning, next.Reason, "Check", "%s", next.Message)
+	}
+	return res, err
+}
+
+// artifactCondition is the ArtifactAvailable condition a check that found cond makes of b's, and
+// when to look again; nil when b's stands (a confirmed absence the check cannot contradict).
+func (k *Kit[S]) artifactCondition(b *backupsv1.Backup, cond metav1.Condition) (reconcile.Result, *metav1.Condition) {
 	var res reconcile.Result
 	prev := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
-	unconfirmed := prev != nil && prev.Status == metav1.ConditionUnknown && prev.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed
+	unconfirmed := absenceUnconfirmed(b)
 	if cond.Status == metav1.ConditionUnknown && prev != nil && prev.Status == metav1.ConditionFalse {
 		return res, nil // a confirmed absence stands until the artifact is seen again
 	}
@@ -186,7 +223,7 @@ func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) (reconc
 			if cond.Status == metav1.ConditionFalse {
 				msg = fmt.Sprintf("%s; checked again before the Backup counts as missing", cond.Message)
 			}
-			cond = &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionUnknown,
+			cond = metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionUnknown,
 				Reason: backupsv1.ReasonArtifactAbsenceUnconfirmed, Message: msg}
 			res.RequeueAfter = delay - waited
 			if res.RequeueAfter <= 0 {
@@ -194,18 +231,27 @@ func (k *Kit[S]) checkArtifact(ctx context.Context, b *backupsv1.Backup) (reconc
 			}
 		}
 	}
-	orig := b.DeepCopy()
-	if cond.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed && !unconfirmed {
-		// The wait is measured from this first sighting, whatever Unknown stood before.
-		meta.RemoveStatusCondition(&b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
-	}
 	cond.LastTransitionTime = metav1.NewTime(k.Clock.Now())
-	meta.SetStatusCondition(&b.Status.Conditions, *cond)
-	wrote, err := PatchStatus(ctx, k.Client, b, orig)
-	if wrote && cond.Status != metav1.ConditionTrue {
-		k.Recorder.Eventf(b, nil, corev1.EventTypeWarning, cond.Reason, "Check", "%s", cond.Message)
+	cond.ObservedGeneration = b.Generation
+	return res, &cond
+}
+
+// absenceUnconfirmed reports whether b's ArtifactAvailable is a first sighting of an absence, not
+// yet confirmed.
+func absenceUnconfirmed(b *backupsv1.Backup) bool {
+	prev := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	return prev != nil && prev.Status == metav1.ConditionUnknown && prev.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed
+}
+
+// shown reports whether b already has the condition c would make of it: the same status, reason
+// and message, stamped with its generation (a new first sighting of an absence restarts its wait,
+// so it is never shown).
+func shown(b *backupsv1.Backup, c *metav1.Condition) bool {
+	prev := meta.FindStatusCondition(b.Status.Conditions, c.Type)
+	if c.Reason == backupsv1.ReasonArtifactAbsenceUnconfirmed && !absenceUnconfirmed(b) {
+		return false
 	}
-	return res, err
+	return prev != nil && prev.Status == c.Status && prev.Reason == c.Reason && prev.Message == c.Message && prev.ObservedGeneration == c.ObservedGeneration
 }
 
 // release removes the driver's finalizer.

@@ -134,14 +134,20 @@ func (k *Kit[S]) runBackup(ctx context.Context, s *backupScope, resolved *backup
 }
 
 // ownBackup returns the run's Backup, nil when there is none. A Backup of that name made by
-// something else fails the run with NameConflict: it is never adopted.
+// something else fails the run with NameConflict: it is never adopted. The cache says whether
+// there is one; the one returned is read uncached (the cached copy may be trimmed: TrimBackup),
+// since the driver reports its artifact and the kit writes its status.
 func (k *Kit[S]) ownBackup(ctx context.Context, job *backupsv1.BackupJob) (*backupsv1.Backup, error) {
-	b := &backupsv1.Backup{}
-	err := k.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: job.Name}, b)
-	switch {
-	case apierrors.IsNotFound(err):
+	key := client.ObjectKey{Namespace: job.Namespace, Name: job.Name}
+	err := k.Client.Get(ctx, key, &backupsv1.Backup{})
+	if apierrors.IsNotFound(err) {
 		return nil, nil
-	case err != nil:
+	} else if err != nil {
+		return nil, err
+	}
+	b, err := k.live(ctx, key)
+	switch {
+	case err != nil || b == nil:
 		return nil, err
 	case b.Labels[backupsv1.LabelBackupJobUID] != string(job.UID):
 		return nil, Failf(backupsv1.ReasonNameConflict, "Backup %s exists and was not made by this run; it was not adopted: delete or rename it", b.Name)

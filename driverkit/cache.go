@@ -1,6 +1,9 @@
 package driverkit
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,4 +41,70 @@ func CacheBackupsOf(opts cache.Options, k StrategyKind) cache.Options {
 	by[&backupsv1.Backup{}] = cache.ByObject{Field: k.BackupSelector()}
 	opts.ByObject = by
 	return opts
+}
+
+// TrimBackup cuts a Backup a driver caches (obj; any other object passes unchanged) to what the
+// kit, its catalog and the driver decide from on a look at it, so that a driver holding every
+// Backup of its kind holds little of each (docs/benchmarks.md, "Scale"): its name, namespace, UID,
+// version, generation, creation and deletion, finalizers, the labels the catalog matches by
+// (imported, catalog, managed-by), the annotations its cache transform keeps
+// (CacheAnnotations and the driver's), spec.strategyRef, the driverMetadata keys the driver names
+// in keep, status.phase, the artifact's URI and size (all of it on an imported Backup, whose
+// measured artifact a catalog sync reuses), and the ArtifactAvailable condition whole. Repeated
+// strings are shared (cachetrim.Intern). It drops the application and Plan, the other labels and
+// driverMetadata, the checksum, every other condition, the verification verdicts and the
+// underlying resources.
+//
+// A trimmed Backup is good for deciding whether to act, never for writing: before the kit writes
+// a Backup's status or releases it, it reads the Backup uncached (Kit.APIReader) and computes the
+// patch from that copy, with an optimistic lock. A driver does the same, or patches only the
+// fields it owns (a merge patch of one annotation).
+func TrimBackup(obj any, keep ...string) {
+	b, ok := obj.(*backupsv1.Backup)
+	if !ok {
+		return
+	}
+	kept := backupsv1.Backup{TypeMeta: b.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: b.Name, Namespace: cachetrim.Intern(b.Namespace), UID: b.UID, ResourceVersion: b.ResourceVersion, Generation: b.Generation,
+		CreationTimestamp: b.CreationTimestamp, DeletionTimestamp: b.DeletionTimestamp, Annotations: b.Annotations,
+	}}
+	for _, f := range b.Finalizers {
+		kept.Finalizers = append(kept.Finalizers, cachetrim.Intern(f))
+	}
+	for _, l := range []string{backupsv1.LabelImported, backupsv1.LabelCatalog, backupsv1.LabelManagedBy} {
+		if v, ok := b.Labels[l]; ok {
+			if kept.Labels == nil {
+				kept.Labels = map[string]string{}
+			}
+			kept.Labels[l] = cachetrim.Intern(v)
+		}
+	}
+	ref := b.Spec.StrategyRef
+	kept.Spec.StrategyRef = corev1.TypedLocalObjectReference{APIGroup: cachetrim.InternPtr(ref.APIGroup), Kind: cachetrim.Intern(ref.Kind), Name: cachetrim.Intern(ref.Name)}
+	for _, k := range keep {
+		if v, ok := b.Spec.DriverMetadata[k]; ok {
+			if kept.Spec.DriverMetadata == nil {
+				kept.Spec.DriverMetadata = map[string]string{}
+			}
+			kept.Spec.DriverMetadata[cachetrim.Intern(k)] = cachetrim.Intern(v)
+		}
+	}
+	kept.Status.Phase = backupsv1.BackupPhase(cachetrim.Intern(string(b.Status.Phase)))
+	if a := b.Status.Artifact; a != nil {
+		kept.Status.Artifact = &backupsv1.BackupArtifact{URI: a.URI, SizeBytes: a.SizeBytes}
+		if b.Imported() {
+			kept.Status.Artifact = a
+		}
+	}
+	if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable); c != nil {
+		kept.Status.Conditions = []metav1.Condition{{Type: cachetrim.Intern(c.Type), Status: metav1.ConditionStatus(cachetrim.Intern(string(c.Status))),
+			ObservedGeneration: c.ObservedGeneration, LastTransitionTime: c.LastTransitionTime, Reason: cachetrim.Intern(c.Reason), Message: c.Message}}
+	}
+	*b = kept
+}
+
+// BackupTrimmer returns TrimBackup keeping the driverMetadata keys keep, for a driver's cache
+// transform (cachetrim.Transform(annotations, driverkit.BackupTrimmer(...))).
+func BackupTrimmer(keep ...string) func(obj any) {
+	return func(obj any) { TrimBackup(obj, keep...) }
 }

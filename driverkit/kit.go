@@ -2,8 +2,10 @@ package driverkit
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -50,8 +52,10 @@ type Kit[S client.Object] struct {
 	Driver    Driver[S]
 
 	Client client.Client
-	// APIReader reads what the kit reads once and never watches, uncached (the kube-system
-	// namespace: ClusterIdentity); SetupWithManager sets the manager's, else Client is used.
+	// APIReader reads uncached what the kit reads once and never watches (the kube-system
+	// namespace: ClusterIdentity), and a Backup before the kit writes it or hands it to the driver
+	// to act on (its cached copy may be trimmed: TrimBackup); SetupWithManager sets the manager's,
+	// else Client is used.
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Recorder  events.EventRecorder
@@ -146,6 +150,23 @@ func (k *Kit[S]) RestoreJobReconciler() reconcile.Reconciler {
 func (k *Kit[S]) BackupReconciler() reconcile.Reconciler {
 	k.Defaults()
 	return reconcile.Func(k.reconcileBackup)
+}
+
+// live reads the Backup key from the API server (APIReader), uncached: the copy a write is
+// computed from, or a driver acts on. It returns nil when the Backup is gone.
+func (k *Kit[S]) live(ctx context.Context, key client.ObjectKey) (*backupsv1.Backup, error) {
+	var r client.Reader = k.Client
+	if k.APIReader != nil {
+		r = k.APIReader
+	}
+	b := &backupsv1.Backup{}
+	if err := r.Get(ctx, key, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading Backup %s: %w", key, err)
+	}
+	return b, nil
 }
 
 func (k *Kit[S]) strategy(ctx context.Context, ref backupsv1.RunStrategy) (S, error) {

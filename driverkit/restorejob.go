@@ -56,6 +56,19 @@ func (k *Kit[S]) reconcileRestoreJob(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, nil // whose it is cannot be told: core reports BackupNotFound
 	case backup != nil && !k.Strategy.Owns(backup.Spec.StrategyRef):
 		return reconcile.Result{}, nil
+	case backup != nil:
+		// The driver restores from the Backup as the API server holds it: the cached copy may
+		// be trimmed (TrimBackup). A run reconciles a few times, so is it read.
+		live, err := k.live(ctx, client.ObjectKeyFromObject(backup))
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if live != nil && !k.Strategy.Owns(live.Spec.StrategyRef) {
+			return reconcile.Result{}, nil
+		}
+		if backup = live; backup == nil && rj.ClaimedBy() != k.Name {
+			return reconcile.Result{}, nil
+		}
 	}
 	s := &restoreScope{rj: rj, backup: backup, now: metav1.NewTime(k.Clock.Now())}
 	if rj.Status.Phase != backupsv1.RestoreJobRunning {

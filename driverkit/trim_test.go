@@ -1,0 +1,265 @@
+package driverkit_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/cachetrim"
+	"github.com/coffer-backup/coffer/driverkit"
+)
+
+// checking is the script driver with an ArtifactChecker: check says what a look finds.
+type checking struct {
+	*script
+	check func(b *backupsv1.Backup) *metav1.Condition
+}
+
+func (d *checking) CheckArtifact(_ context.Context, b *backupsv1.Backup) (*metav1.Condition, error) {
+	return d.check(b), nil
+}
+
+// trimming reads Backups as a driver's trimmed cache holds them (driverkit.TrimBackup).
+type trimming struct{ client.Client }
+
+func (c trimming) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	driverkit.TrimBackup(obj, "kept")
+	return nil
+}
+
+// counting counts the reads of a reader.
+type counting struct {
+	client.Reader
+	n atomic.Int64
+}
+
+func (c *counting) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.n.Add(1)
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// wholeBackup creates a Ready Backup of the fixture's driver as a driver leaves a good one (labels,
+// annotations, driver metadata, an artifact, conditions with messages, a verdict), its
+// ArtifactAvailable condition aa (none when aa.Type is empty).
+func (f *fixture) wholeBackup(aa metav1.Condition, finalizers ...string) *backupsv1.Backup {
+	f.t.Helper()
+	b := f.readyBackup(finalizers...)
+	orig := b.DeepCopy()
+	b.Labels = map[string]string{backupsv1.LabelManagedBy: driverName, backupsv1.LabelBackupJobUID: "0000-1111", backupsv1.LabelPlan: "nightly"}
+	b.Annotations = map[string]string{backupsv1.AnnotationSourceCluster: "elsewhere", "example.com/note": "kept on the server"}
+	require.NoError(f.t, cl.Patch(f.ctx, b, client.MergeFrom(orig)))
+	b.Status.Conditions = []metav1.Condition{
+		{Type: backupsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "BackupSucceeded", Message: "The backup completed", LastTransitionTime: metav1.NewTime(f.clock.Now().Add(-time.Hour))},
+		{Type: backupsv1.ConditionPartiallyFailed, Status: metav1.ConditionTrue, Reason: "ItemsFailed", Message: "2 items failed: pods/a, pods/b", LastTransitionTime: metav1.NewTime(f.clock.Now().Add(-time.Hour))},
+	}
+	if aa.Type != "" {
+		b.Status.Conditions = append(b.Status.Conditions, aa)
+	}
+	b.Status.Verification = &backupsv1.BackupVerification{Checksum: &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: metav1.NewTime(f.clock.Now()), Message: "the checksum matched"}}
+	require.NoError(f.t, cl.Status().Update(f.ctx, b))
+	return b
+}
+
+// metadataBackup creates a Ready Backup of the fixture's driver with driver metadata (set at
+// creation), holding the driver's finalizer.
+func (f *fixture) metadataBackup() *backupsv1.Backup {
+	f.t.Helper()
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{GenerateName: "meta-", Namespace: f.ns, Finalizers: []string{finalizer}},
+		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(backupsv1.DefaultApplicationAPIGroup), Kind: "Shop", Name: "shop"}, StrategyRef: f.strategyRef(), TakenAt: metav1.NewTime(f.clock.Now()),
+			DriverMetadata: map[string]string{"kept": "where", "dropped": "by the cache"}}}
+	f.create(b)
+	b.Status = backupsv1.BackupStatus{Phase: backupsv1.BackupReady, Artifact: artifact.DeepCopy(), Conditions: []metav1.Condition{
+		{Type: backupsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "BackupSucceeded", Message: "The backup completed", LastTransitionTime: metav1.NewTime(f.clock.Now())},
+		{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonArtifactPresent, Message: "Stored", LastTransitionTime: metav1.NewTime(f.clock.Now())},
+	}}
+	require.NoError(f.t, cl.Status().Update(f.ctx, b))
+	return b
+}
+
+// The kit decides the same on a trimmed cached Backup as on the whole one, for every
+// ArtifactAvailable a Backup may hold and every answer of the driver's check: the same requeue, and
+// the same status on the server afterwards (the trimmed side's written from an uncached read,
+// every field the cache dropped intact). Where the whole side writes nothing, the trimmed side
+// makes no uncached read: a look at a Backup whose condition stands costs no request.
+func TestTrimmedBackupsDecideAlike(t *testing.T) {
+	f := newFixture(t)
+	now := f.clock.Now()
+	cond := func(status metav1.ConditionStatus, reason, msg string, ago time.Duration) metav1.Condition {
+		return metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: status, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now.Add(-ago)), ObservedGeneration: 1}
+	}
+	held := []metav1.Condition{
+		{},
+		cond(metav1.ConditionTrue, backupsv1.ReasonArtifactPresent, "found", time.Hour),
+		cond(metav1.ConditionTrue, backupsv1.ReasonArtifactPresent, "found elsewhere", time.Hour),
+		cond(metav1.ConditionUnknown, backupsv1.ReasonArtifactAbsenceUnconfirmed, "gone; checked again before the Backup counts as missing", time.Minute),
+		cond(metav1.ConditionUnknown, backupsv1.ReasonArtifactAbsenceUnconfirmed, "gone; checked again before the Backup counts as missing", time.Hour),
+		cond(metav1.ConditionUnknown, backupsv1.ReasonArtifactAbsenceUnconfirmed, "unsure", time.Minute),
+		cond(metav1.ConditionUnknown, "Checking", "unsure", time.Hour),
+		cond(metav1.ConditionFalse, backupsv1.ReasonArtifactMissing, "gone", time.Hour),
+	}
+	found := []*metav1.Condition{
+		nil,
+		{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonArtifactPresent, Message: "found"},
+		{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing, Message: "gone"},
+		{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionUnknown, Reason: backupsv1.ReasonArtifactAbsenceUnconfirmed, Message: "unsure"},
+	}
+	n, silent := 0, 0
+	for _, h := range held {
+		for _, c := range found {
+			name := fmt.Sprintf("held %s/%s %q, found %+v", h.Status, h.Reason, h.Message, c)
+			whole, trimmed := f.wholeBackup(h), f.wholeBackup(h)
+			check := func(*backupsv1.Backup) *metav1.Condition { return c.DeepCopy() }
+			kit := &driverkit.Kit[S]{Name: driverName, Strategy: f.kit.Strategy, NewStrategy: newStrategyObject, Finalizer: finalizer,
+				Driver: &checking{script: f.driver, check: check}, Client: cl, Clock: f.clock, Recorder: f.events}
+			resWhole, err := kit.BackupReconciler().Reconcile(f.ctx, request(whole))
+			require.NoError(t, err, name)
+
+			live := &counting{Reader: cl}
+			kit.Client, kit.APIReader = trimming{cl}, live
+			resTrimmed, err := kit.BackupReconciler().Reconcile(f.ctx, request(trimmed))
+			require.NoError(t, err, name)
+			assert.Equal(t, resWhole, resTrimmed, name)
+
+			rv := whole.ResourceVersion
+			f.get(whole)
+			f.get(trimmed)
+			assert.Equal(t, whole.Status, trimmed.Status, name)
+			assert.Equal(t, whole.Labels, trimmed.Labels, name)
+			assert.Equal(t, whole.Annotations, trimmed.Annotations, name)
+			if whole.ResourceVersion == rv {
+				assert.Zero(t, live.n.Load(), "%s: nothing to write, no uncached read", name)
+				silent++
+			}
+			n++
+		}
+	}
+	assert.Equal(t, len(held)*len(found), n)
+	assert.Positive(t, silent)
+	t.Logf("%d cases, %d without a write", n, silent)
+}
+
+// A driver's trimmed cache holds little of a Backup, and what the kit writes from it loses none of
+// what the cache dropped: a status write (the artifact check's), a deletion's (DeletionFailing and
+// the release), and a restore hands the driver the whole Backup.
+func TestAStatusWriteAfterTrimmingKeepsWhatTheCacheDropped(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	opts := driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer("kept"))}, f.kit.Strategy)
+	c, err := cache.New(restConfig, opts)
+	require.NoError(t, err)
+	go func() { _ = c.Start(ctx) }()
+	require.True(t, c.WaitForCacheSync(ctx))
+	cached, err := client.New(restConfig, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: c}})
+	require.NoError(t, err)
+
+	b := f.metadataBackup()
+	orig := b.DeepCopy()
+	b.Labels = map[string]string{backupsv1.LabelManagedBy: driverName, backupsv1.LabelBackupJobUID: "0000-1111"}
+	b.Annotations = map[string]string{backupsv1.AnnotationRecord: "s3://bucket/record.json", "example.com/note": "kept on the server"}
+	require.NoError(t, cl.Patch(f.ctx, b, client.MergeFrom(orig)))
+	f.get(b)
+	whole := b.DeepCopy()
+
+	// The cache holds the trimmed copy.
+	inCache := &backupsv1.Backup{}
+	require.Eventually(t, func() bool {
+		return cached.Get(ctx, client.ObjectKeyFromObject(b), inCache) == nil && inCache.ResourceVersion == b.ResourceVersion
+	}, 30*time.Second, 50*time.Millisecond)
+	assert.Empty(t, inCache.Status.Artifact.Checksum, "the cache drops the checksum")
+	assert.Equal(t, artifact.URI, inCache.Status.Artifact.URI)
+	assert.Equal(t, map[string]string{"kept": "where"}, inCache.Spec.DriverMetadata)
+	assert.Equal(t, map[string]string{backupsv1.LabelManagedBy: driverName}, inCache.Labels)
+	assert.Equal(t, map[string]string{backupsv1.AnnotationRecord: "s3://bucket/record.json"}, inCache.Annotations)
+	require.Len(t, inCache.Status.Conditions, 1, "only ArtifactAvailable")
+	assert.Equal(t, "Stored", inCache.Status.Conditions[0].Message)
+
+	kept := func(what string) {
+		t.Helper()
+		now := &backupsv1.Backup{}
+		require.NoError(t, cl.Get(f.ctx, client.ObjectKeyFromObject(b), now), what)
+		assert.Equal(t, whole.Status.Artifact, now.Status.Artifact, what)
+		assert.Equal(t, whole.Spec.DriverMetadata, now.Spec.DriverMetadata, what)
+		assert.Equal(t, whole.Labels, now.Labels, what)
+		assert.Equal(t, whole.Annotations, now.Annotations, what)
+		ready := meta.FindStatusCondition(now.Status.Conditions, backupsv1.ConditionReady)
+		require.NotNil(t, ready, what)
+		assert.Equal(t, "The backup completed", ready.Message, what)
+	}
+
+	// The artifact check finds the artifact gone: the kit writes Unknown from an uncached read.
+	live := &counting{Reader: cl}
+	f.kit.Client, f.kit.APIReader = cached, live
+	f.kit.Driver = &checking{script: f.driver, check: func(got *backupsv1.Backup) *metav1.Condition {
+		assert.Empty(t, got.Status.Artifact.Checksum, "the check decides from the cached copy")
+		return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing, Message: "gone"}
+	}}
+	_, err = f.reconcileBackup(b)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, live.n.Load(), "one uncached read before the write")
+	kept("after the artifact check's write")
+	f.get(b)
+	aa := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	require.NotNil(t, aa)
+	assert.Equal(t, backupsv1.ReasonArtifactAbsenceUnconfirmed, aa.Reason)
+
+	// A restore hands the driver the whole Backup.
+	f.driver.restore = func(_ context.Context, run *driverkit.RestoreRun[S]) (driverkit.RestoreOutcome, error) {
+		assert.Equal(t, artifact.Checksum, run.Backup.Status.Artifact.Checksum, "the driver restores from the whole Backup")
+		assert.Equal(t, "by the cache", run.Backup.Spec.DriverMetadata["dropped"])
+		return driverkit.RestoreOutcome{Waiting: "restoring"}, nil
+	}
+	rj := f.restoreJob(b.Name)
+	require.Eventually(t, func() bool {
+		return cached.Get(ctx, client.ObjectKeyFromObject(rj), &backupsv1.RestoreJob{}) == nil
+	}, 30*time.Second, 50*time.Millisecond)
+	_, err = f.reconcileRestore(rj)
+	require.NoError(t, err)
+	assert.Equal(t, driverName, rj.ClaimedBy())
+	f.driver.mu.Lock()
+	assert.Len(t, f.driver.restores, 1)
+	f.driver.mu.Unlock()
+
+	// The Backup is deleted and its artifact's deletion fails: DeletionFailing is written from
+	// an uncached read, then the deletion succeeds and the finalizer is released.
+	require.NoError(t, cl.Delete(f.ctx, b))
+	require.Eventually(t, func() bool {
+		return cached.Get(ctx, client.ObjectKeyFromObject(b), inCache) == nil && !inCache.DeletionTimestamp.IsZero()
+	}, 30*time.Second, 50*time.Millisecond)
+	f.driver.delete = func(_ context.Context, got *backupsv1.Backup) (driverkit.DeleteOutcome, error) {
+		assert.Equal(t, artifact.Checksum, got.Status.Artifact.Checksum, "the driver deletes from the whole Backup")
+		return driverkit.DeleteOutcome{}, driverkit.Failf("StoreDown", "the store is down")
+	}
+	_, err = f.reconcileBackup(b)
+	require.NoError(t, err)
+	kept("after DeletionFailing")
+	f.get(b)
+	del := meta.FindStatusCondition(b.Status.Conditions, driverkit.ConditionArtifactDeletion)
+	require.NotNil(t, del)
+	assert.True(t, strings.Contains(del.Message, "the store is down"), del.Message)
+
+	f.driver.delete = func(context.Context, *backupsv1.Backup) (driverkit.DeleteOutcome, error) {
+		return driverkit.DeleteOutcome{Done: true}, nil
+	}
+	_, err = f.reconcileBackup(b)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{}) != nil
+	}, 30*time.Second, 50*time.Millisecond, "released and gone")
+}
