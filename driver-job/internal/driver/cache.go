@@ -16,6 +16,11 @@ var cacheAnnotations = cachetrim.Merge(driverkit.CacheAnnotations, cachetrim.Kee
 })
 
 // cacheTransform trims every cached object to what the driver reads (docs/security.md, "Bounds
-// and caches"): no managedFields and only cacheAnnotations. The driver writes cached objects only
-// with Patch and Status().Patch, so nothing dropped is written back.
-func cacheTransform() func(any) (any, error) { return cachetrim.Transform(cacheAnnotations) }
+// and caches"): no managedFields and only cacheAnnotations; Backups cut to what the kit and the
+// artifact checks decide from (driverkit.TrimBackup), of their driverMetadata only the bucket the
+// backup ran with (backupScope). The driver writes cached objects only with Patch and
+// Status().Patch, and a Backup's status only from a copy read uncached, so nothing dropped is
+// written back.
+func cacheTransform() func(any) (any, error) {
+	return cachetrim.Transform(cacheAnnotations, driverkit.BackupTrimmer(names.MetaParamPrefix+ParamBucket))
+}

@@ -344,6 +344,19 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 		if backupScope(b, strat).check(b.Status.Artifact.URI) != nil {
 			continue // CheckArtifact says so on the Backup; no Job looks at another's object
 		}
+		// The check Job is rendered from the Backup as the API server holds it (the template sees
+		// it whole, the agent its checksum): the cached copy is trimmed (driverkit.TrimBackup).
+		live := &backupsv1.Backup{}
+		if err := d.Live.Get(ctx, client.ObjectKeyFromObject(b), live); err != nil {
+			if client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("reading Backup %s: %w", klog.KObj(b), err)
+			}
+			continue
+		}
+		if live.UID != b.UID || !live.DeletionTimestamp.IsZero() || live.Status.Artifact == nil || live.Status.Artifact.URI != b.Status.Artifact.URI {
+			continue // changed since the cache saw it: the next scan decides anew
+		}
+		b = live
 		j, err := d.createArtifactJob(ctx, b, checkStrategy(strat), checkRun(b), jobapi.ModeCheck)
 		if err != nil {
 			if _, ok := driverkit.AsFailure(err); !ok {

@@ -13,15 +13,19 @@ import (
 // cacheAnnotations are the annotations the driver reads: driverkit's, and on Velero Backups and
 // Restores the run they serve, the record (the catalog) and the checksum.
 var cacheAnnotations = cachetrim.Merge(driverkit.CacheAnnotations, cachetrim.Keep{
-	names.AnnotationRun:          320,
-	veleroapi.AnnotationRecord:   backupsv1.MaxRecordBytes + 1, // one byte more, so that ParseArtifactRecord says it is too long
-	backupsv1.AnnotationChecksum: 80,
+	names.AnnotationRun:           320,
+	names.AnnotationDeleteRequest: 64,
+	veleroapi.AnnotationRecord:    backupsv1.MaxRecordBytes + 1, // one byte more, so that ParseArtifactRecord says it is too long
+	backupsv1.AnnotationChecksum:  80,
 })
 
 // CacheOptions trim every cached object to what the driver reads (docs/security.md, "Bounds and
 // caches"): no managedFields and only cacheAnnotations; of the Backups only those of the driver's
-// strategy kind are cached. The driver writes cached objects only with Patch and Status().Patch,
-// so nothing dropped is written back.
+// strategy kind are cached, cut to what the kit and CheckArtifact decide from
+// (driverkit.TrimBackup), of their driverMetadata only where the Velero backup is. The driver
+// writes cached objects only with Patch and Status().Patch, and a Backup's status only from a copy
+// read uncached, so nothing dropped is written back.
 func CacheOptions() cache.Options {
-	return driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations)}, Kind)
+	trim := driverkit.BackupTrimmer(names.MetaNamespace, names.MetaBackupName, names.MetaStorageLocation)
+	return driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, trim)}, Kind)
 }

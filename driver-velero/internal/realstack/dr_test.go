@@ -103,7 +103,7 @@ func TestDisasterRecovery(t *testing.T) {
 		Logger:     logr.Discard(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr(true)}, // the suite's manager runs the same controllers
-		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{recoveredNS: {}, velerostack.Namespace: {}}},
+		Cache:      cacheOptions(recoveredNS, velerostack.Namespace),
 	})
 	require.NoError(t, err)
 	require.NoError(t, driver.Setup(mgr, &driver.Driver{Recorder: &events.FakeRecorder{}, HTTP: http.DefaultClient, DownloadTimeout: time.Minute}, "recovery"))

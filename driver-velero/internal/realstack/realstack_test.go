@@ -91,9 +91,7 @@ func run(m *testing.M) int {
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
 		Scheme:  sch,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{
-			managedNS: {}, targetNS: {}, velerostack.Namespace: {},
-		}},
+		Cache:   cacheOptions(managedNS, targetNS, velerostack.Namespace),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -148,6 +146,16 @@ func eventsAbout(what string) []string {
 }
 
 // newKit is the driver on client c, as a restarted process would run it.
+// cacheOptions are the driver's own (its Backups trimmed, driver.CacheOptions), over namespaces.
+func cacheOptions(namespaces ...string) cache.Options {
+	o := driver.CacheOptions()
+	o.DefaultNamespaces = map[string]cache.Config{}
+	for _, ns := range namespaces {
+		o.DefaultNamespaces[ns] = cache.Config{}
+	}
+	return o
+}
+
 func newKit(c client.Client, rec events.EventRecorder) *driver.Kit {
 	if rec == nil {
 		rec = &events.FakeRecorder{} // discards
