@@ -47,6 +47,10 @@ const (
 // IsTerminal reports whether the run has finished; terminal runs are never touched again.
 func (p RunPhase) IsTerminal() bool { return p == RunSucceeded || p == RunFailed }
 
+// FieldRunPhase is the run's selectable field status.phase: the runs in flight are selected by
+// the API server (FieldRunPhase!=Succeeded,FieldRunPhase!=Failed) rather than listed whole.
+const FieldRunPhase = "status.phase"
+
 // BackupRef names the backup to verify.
 type BackupRef struct {
 	// name is the velero.io Backup name (velero backend), the backups.cozystack.io Backup name
@@ -170,6 +174,7 @@ type BackupVerifyRunStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=bvr,categories=coffer
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="spec is immutable"
+// +kubebuilder:selectablefield:JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

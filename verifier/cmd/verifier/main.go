@@ -109,7 +109,8 @@ func main() {
 
 // cacheAnnotations are the only annotations the verifier reads on what it caches: the checksum
 // driver-velero records on a Velero Backup. Every cached object is trimmed to them and loses its
-// managedFields, and Backups are cut to what policies read (policy.TrimCachedBackup;
+// managedFields, Backups are cut to what policies read (policy.TrimCachedBackup) and ended runs to
+// what is read of them (verifyrun.TrimEndedRun;
 // docs/security.md, "Bounds and caches"); the restored objects a verification compares, a run's
 // Backup and the Backup a verdict is written on are read uncached, whole.
 var cacheAnnotations = cachetrim.Keep{backupsv1.AnnotationChecksum: 80}
@@ -136,7 +137,7 @@ func run(ctx context.Context, o options) error {
 		// The process exits as soon as the manager stops, so a stopping leader may hand the Lease
 		// back at once (a rolling update needs no lease duration to pass).
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup)},
+		Cache:                         cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup, verifyrun.TrimEndedRun)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

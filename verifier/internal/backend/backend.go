@@ -117,7 +117,7 @@ func Truncate(s string, n int) string {
 // sweepers of a run's leftovers (sandboxes, check pods) keep.
 func LiveRuns(ctx context.Context, r client.Reader) (map[types.UID]bool, error) {
 	runs := &securityv1.BackupVerifyRunList{}
-	if err := r.List(ctx, runs); err != nil {
+	if err := r.List(ctx, runs, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing BackupVerifyRuns: %w", err)
 	}
 	live := map[types.UID]bool{}

@@ -10,10 +10,11 @@ import (
 
 // TrimCachedBackup cuts a Backup the verifier caches (obj; any other object passes unchanged)
 // to what policies read of it: its name, namespace, UID, creation and deletion, spec.planRef and
-// takenAt, status.phase (the repeated strings interned, cachetrim.Intern), and whether
-// status.artifact is set (an empty artifact stands for one; its URI and checksum are dropped).
+// takenAt, status.phase (the repeated strings interned, cachetrim.Intern), whether
+// status.artifact is set (an empty artifact stands for one; its URI and checksum are dropped), and
+// of each verdict its result, time and Result (trimVerdict).
 // The verifier watches every Backup of the cluster for its policies, so what it drops (labels, annotations, the application and strategy, driver metadata,
-// conditions, verdicts, the driver's record) is most of what it would hold (docs/benchmarks.md,
+// conditions, verdicts' messages, the driver's record) is most of what it would hold (docs/benchmarks.md,
 // "Scale"). Whatever else the verifier reads of a Backup it reads uncached: a run's Backup, and
 // the Backup whose verdict it writes, so no write is computed from a trimmed copy.
 func TrimCachedBackup(obj any) {
@@ -33,5 +34,22 @@ func TrimCachedBackup(obj any) {
 	if b.Status.Artifact != nil {
 		kept.Status.Artifact = &backupsv1.BackupArtifact{}
 	}
+	if v := b.Status.Verification; v != nil {
+		kept.Status.Verification = &backupsv1.BackupVerification{Checksum: trimVerdict(v.Checksum), FullRestore: trimVerdict(v.FullRestore)}
+	}
 	*b = kept
+}
+
+// trimVerdict keeps of a verdict its result, time and Result: whether a Backup was verified in a
+// mode (a policy makes no run for it) and whether a run's verdict is already recorded (the
+// verdict controller writes nothing).
+func trimVerdict(v *backupsv1.VerificationVerdict) *backupsv1.VerificationVerdict {
+	if v == nil {
+		return nil
+	}
+	kept := &backupsv1.VerificationVerdict{Result: backupsv1.VerificationResult(cachetrim.Intern(string(v.Result))), Time: v.Time}
+	if ref := v.ResultRef; ref != nil {
+		kept.ResultRef = &backupsv1.VerificationResultRef{Namespace: cachetrim.Intern(ref.Namespace), Name: ref.Name}
+	}
+	return kept
 }

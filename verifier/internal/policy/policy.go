@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -172,20 +173,41 @@ type want struct {
 
 func (w want) mode() securityv1.Mode { return w.spec.Mode }
 
-// listRuns lists the policy's runs (uncached), counts those in flight into its status, and
-// prunes those of backups that are gone.
-func (r *Reconciler) listRuns(ctx context.Context, pol *securityv1.BackupVerifyPolicy, seen *etcdSeen) error {
-	runs := &securityv1.BackupVerifyRunList{}
-	if err := r.reader().List(ctx, runs, client.MatchingLabels{securityv1.LabelPolicy: backupsv1.BoundedName(63, pol.Name)}); err != nil {
-		return fmt.Errorf("listing the policy's runs: %w", err)
+// inFlight selects the runs that have not ended (status.phase is a selectable field of the
+// BackupVerifyRun CRD): the API server filters them, so a policy with 100,000 ended runs reads the
+// few in flight, not the 100,000.
+var inFlight = fields.AndSelectors(
+	fields.OneTermNotEqualSelector(securityv1.FieldRunPhase, string(securityv1.RunSucceeded)),
+	fields.OneTermNotEqualSelector(securityv1.FieldRunPhase, string(securityv1.RunFailed)))
+
+// listRuns counts the policy's runs in flight into its status, read uncached, and prunes its ended
+// runs whose backups are gone, read from the cache: an ended run never changes again, so a cache
+// that lags misses at most a run that ended since, pruned at the next pass.
+//
+// present, when set, holds the UIDs of Backups known to exist (those the pass just read): their
+// runs are kept without a lookup.
+func (r *Reconciler) listRuns(ctx context.Context, pol *securityv1.BackupVerifyPolicy, seen *etcdSeen, present map[types.UID]bool) error {
+	ofPolicy := client.MatchingLabels{securityv1.LabelPolicy: backupsv1.BoundedName(63, pol.Name)}
+	live := &securityv1.BackupVerifyRunList{}
+	err := r.reader().List(ctx, live, ofPolicy, client.MatchingFieldsSelector{Selector: inFlight})
+	if apierrors.IsBadRequest(err) {
+		// A BackupVerifyRun CRD without the selectable field (an older install): every run.
+		err = r.reader().List(ctx, live, ofPolicy)
+	}
+	if err != nil {
+		return fmt.Errorf("listing the policy's runs in flight: %w", err)
 	}
 	pol.Status.ActiveRuns = 0
-	for i := range runs.Items {
-		if !runs.Items[i].Status.Phase.IsTerminal() {
+	for i := range live.Items {
+		if !live.Items[i].Status.Phase.IsTerminal() {
 			pol.Status.ActiveRuns++
 		}
 	}
-	return r.prune(ctx, runs.Items, seen)
+	runs := &securityv1.BackupVerifyRunList{}
+	if err := r.Client.List(ctx, runs, ofPolicy, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing the policy's runs: %w", err)
+	}
+	return r.prune(ctx, runs.Items, seen, present)
 }
 
 func (r *Reconciler) coffer(ctx context.Context, pol *securityv1.BackupVerifyPolicy) ([]want, error) {
@@ -211,14 +233,9 @@ func (r *Reconciler) coffer(ctx context.Context, pol *securityv1.BackupVerifyPol
 	if err := r.Client.List(ctx, plans, client.MatchingLabelsSelector{Selector: planSel}); err != nil {
 		return nil, fmt.Errorf("listing Plans: %w", err)
 	}
-	if err := r.listRuns(ctx, pol, nil); err != nil {
-		return nil, err
-	}
-	// Runs of any policy (or made by hand under the same names) count: they are found by name.
-	done := map[string]bool{}
-
 	var wants []want
 	covered := int32(0)
+	present := map[types.UID]bool{}
 	for i := range plans.Items {
 		p := &plans.Items[i]
 		if namespaces != nil && !namespaces[p.Namespace] {
@@ -226,36 +243,33 @@ func (r *Reconciler) coffer(ctx context.Context, pol *securityv1.BackupVerifyPol
 		}
 		covered++
 		backups := &backupsv1.BackupList{}
-		if err := r.Client.List(ctx, backups, client.InNamespace(p.Namespace), client.MatchingFields{BackupPlanIndex: p.Name}); err != nil {
+		// Read only (the cache's own copies): nothing here changes a Backup.
+		if err := r.Client.List(ctx, backups, client.InNamespace(p.Namespace), client.MatchingFields{BackupPlanIndex: p.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("listing the Backups of Plan %s/%s: %w", p.Namespace, p.Name, err)
 		}
 		var fresh []*backupsv1.Backup
 		for j := range backups.Items {
 			b := &backups.Items[j]
+			present[b.UID] = true
 			if b.Status.Phase != backupsv1.BackupReady || b.Status.Artifact == nil || !b.DeletionTimestamp.IsZero() || b.CreationTimestamp.Before(&pol.CreationTimestamp) {
 				continue
 			}
 			fresh = append(fresh, b)
 		}
 		sort.Slice(fresh, func(a, c int) bool { return fresh[a].Spec.TakenAt.After(fresh[c].Spec.TakenAt.Time) }) // newest first
-		for _, m := range []securityv1.Mode{securityv1.ModeChecksumOnly, securityv1.ModeFullRestore} {
-			for _, b := range fresh {
-				if ok, err := r.exists(ctx, b.Namespace, securityv1.PolicyRunName(b, m)); err != nil {
-					return nil, err
-				} else if ok {
-					done[string(b.UID)+"/"+string(m)] = true
-				}
-			}
-		}
-		if fr := pol.Spec.FullRestore; fr != nil && len(fresh) > 0 && !done[string(fresh[0].UID)+"/"+string(securityv1.ModeFullRestore)] {
+		if fr := pol.Spec.FullRestore; fr != nil && len(fresh) > 0 {
 			// The newest Backup is restored when none of the Plan's last `every` Backups was (so
 			// one in `every`), or when no Backup of the Plan kept so far was.
 			since := 0
 			for _, b := range fresh {
-				if done[string(b.UID)+"/"+string(securityv1.ModeFullRestore)] {
+				if ok, err := r.done(ctx, b, securityv1.ModeFullRestore); err != nil {
+					return nil, err
+				} else if ok {
 					break
 				}
-				since++
+				if since++; since >= int(fr.Every) {
+					break
+				}
 			}
 			if since >= int(fr.Every) || since == len(fresh) {
 				wants = append(wants, cofferWant(pol, fresh[0], p.Name, securityv1.ModeFullRestore))
@@ -263,14 +277,43 @@ func (r *Reconciler) coffer(ctx context.Context, pol *securityv1.BackupVerifyPol
 		}
 		if checksumOnly(pol) {
 			for _, b := range fresh {
-				if !done[string(b.UID)+"/"+string(securityv1.ModeChecksumOnly)] {
+				if ok, err := r.done(ctx, b, securityv1.ModeChecksumOnly); err != nil {
+					return nil, err
+				} else if !ok {
 					wants = append(wants, cofferWant(pol, b, p.Name, securityv1.ModeChecksumOnly))
 				}
 			}
 		}
 	}
 	pol.Status.Plans = covered
+	if err := r.listRuns(ctx, pol, nil, present); err != nil {
+		return nil, err
+	}
 	return wants, nil
+}
+
+// done reports whether Backup b was verified in mode m, or is being: it records a verdict of the
+// mode (by this policy's run, another's or one made by hand), or a run exists under the name this
+// policy gives its run (made by any policy, or by hand). Only a Backup without a verdict is looked
+// up by run name, so a pass over 100,000 verified Backups reads no run.
+func (r *Reconciler) done(ctx context.Context, b *backupsv1.Backup, m securityv1.Mode) (bool, error) {
+	if hasVerdict(b, m) {
+		return true, nil
+	}
+	return r.exists(ctx, b.Namespace, securityv1.PolicyRunName(b, m))
+}
+
+// hasVerdict reports whether Backup b records a verdict of mode m (status.verification, which the
+// verifier's cache keeps: TrimCachedBackup).
+func hasVerdict(b *backupsv1.Backup, m securityv1.Mode) bool {
+	v := b.Status.Verification
+	if v == nil {
+		return false
+	}
+	if m == securityv1.ModeFullRestore {
+		return v.FullRestore != nil
+	}
+	return v.Checksum != nil
 }
 
 // cofferWant is the run of Coffer Backup b (of Plan plan) in mode m, in b's namespace.
@@ -369,10 +412,13 @@ func (r *Reconciler) create(ctx context.Context, pol *securityv1.BackupVerifyPol
 
 // prune deletes the policy's terminal runs whose Backup is gone: first their SecurityEvents, then
 // the run (its Result goes with it, by ownerReference). A run still running is left to end.
-func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRun, seen *etcdSeen) error {
+func (r *Reconciler) prune(ctx context.Context, runs []securityv1.BackupVerifyRun, seen *etcdSeen, present map[types.UID]bool) error {
 	for i := range runs {
 		run := &runs[i]
 		if !run.Status.Phase.IsTerminal() {
+			continue
+		}
+		if present[types.UID(run.Labels[securityv1.LabelBackupUID])] {
 			continue
 		}
 		if gone, err := r.backupGone(ctx, run, seen); err != nil || !gone {

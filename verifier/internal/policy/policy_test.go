@@ -783,3 +783,66 @@ func TestPolicyBackendNotAvailable(t *testing.T) {
 	require.NotNil(t, cond)
 	assert.Equal(t, securityv1.ReasonSnapshotDirUnreadable, cond.Reason)
 }
+
+// verdict records a checksum-only verdict on b, as the verifier's verdict controller does.
+func (f *fixture) verdict(b *backupsv1.Backup) {
+	cur := &backupsv1.Backup{}
+	require.NoError(f.t, cl.Get(f.ctx, client.ObjectKeyFromObject(b), cur))
+	orig := cur.DeepCopy()
+	cur.Status.Verification = &backupsv1.BackupVerification{Checksum: &backupsv1.VerificationVerdict{
+		Result: backupsv1.VerificationPassed, Time: metav1.NewTime(t0)}}
+	require.NoError(f.t, cl.Status().Patch(f.ctx, cur, client.MergeFrom(orig)))
+}
+
+// A pass over verified Backups reads none of their runs: a Backup with a verdict of the mode gets
+// no run and no lookup of one, and of the policy's runs only those in flight are listed from the
+// API server (status.phase is a selectable field), however many have ended.
+func TestPassReadsOnlyRunsInFlight(t *testing.T) {
+	f := newFixture(t)
+	ns := f.namespace(true)
+	f.plan(ns, "db", nil)
+	pol := f.policy(securityv1.BackupVerifyPolicySpec{MaxConcurrentRuns: ptr.To[int32](10)})
+	var bs []*backupsv1.Backup
+	for i := range 6 {
+		b := f.backup(ns, fmt.Sprintf("b%d", i), "db", i)
+		f.ready(b)
+		bs = append(bs, b)
+	}
+	f.reconcile(f.reconciler(cl), pol)
+	require.Equal(t, runNames(securityv1.ModeChecksumOnly, bs...), names(f.runs(pol)))
+	// Five end with their verdict recorded; the sixth is in flight.
+	for _, b := range bs[:5] {
+		f.end(ns, securityv1.PolicyRunName(b, securityv1.ModeChecksumOnly), securityv1.RunSucceeded)
+		f.verdict(b)
+	}
+	// A Backup verified by a run the policy did not make.
+	byHand := f.backup(ns, "by-hand", "db", 7)
+	f.ready(byHand)
+	f.verdict(byHand)
+
+	var runGets, listed atomic.Int32
+	counting := interceptor.NewClient(cl, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*securityv1.BackupVerifyRun); ok {
+				runGets.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	reader := interceptor.NewClient(cl, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			err := c.List(ctx, list, opts...)
+			if l, ok := list.(*securityv1.BackupVerifyRunList); ok {
+				listed.Add(int32(len(l.Items)))
+			}
+			return err
+		},
+	})
+	r := f.reconciler(counting)
+	r.Reader = reader
+	f.reconcile(r, pol)
+	assert.Equal(t, runNames(securityv1.ModeChecksumOnly, bs...), names(f.runs(pol)), "no run for the Backup verified by hand")
+	assert.EqualValues(t, 1, runGets.Load(), "only the run of the Backup without a verdict is looked up")
+	assert.EqualValues(t, 1, listed.Load(), "only the run in flight is listed uncached")
+	f.assertCounts(pol, 1, 1, 0)
+}

@@ -59,7 +59,7 @@ func (r *Reconciler) velero(ctx context.Context, pol *securityv1.BackupVerifyPol
 		}
 		return nil, fmt.Errorf("listing Velero backups in %s: %w", ns, err)
 	}
-	if err := r.listRuns(ctx, pol, nil); err != nil {
+	if err := r.listRuns(ctx, pol, nil, nil); err != nil {
 		return nil, err
 	}
 	// Newest first, by schedule.
@@ -202,7 +202,7 @@ func (r *Reconciler) etcd(ctx context.Context, pol *securityv1.BackupVerifyPolic
 	if err != nil {
 		return etcdPass{}, notReadyError{securityv1.ReasonSnapshotDirUnreadable, fmt.Errorf("--etcd-snapshot-dir: %w", err)}
 	}
-	if err := r.listRuns(ctx, pol, &etcdSeen{pattern: pattern, local: true}); err != nil {
+	if err := r.listRuns(ctx, pol, &etcdSeen{pattern: pattern, local: true}, nil); err != nil {
 		return etcdPass{}, err
 	}
 	wants, covered, err := r.etcdWants(ctx, pol, "", l, settle)
@@ -260,7 +260,7 @@ func (r *Reconciler) etcdNodes(ctx context.Context, pol *securityv1.BackupVerify
 			seen.byNode[node] = l
 		}
 	}
-	if err := r.listRuns(ctx, pol, seen); err != nil {
+	if err := r.listRuns(ctx, pol, seen, nil); err != nil {
 		return etcdPass{}, err
 	}
 	var wants []want

@@ -21,6 +21,9 @@ import (
 // the run's deadline. Errors of the verifier's own writes are retried by the controller from 1 s
 // doubling to 1 min, so that a run still ends soon after the API server answers again.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Reader == nil {
+		r.Reader = mgr.GetAPIReader()
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("backupverifyrun").
 		For(&securityv1.BackupVerifyRun{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

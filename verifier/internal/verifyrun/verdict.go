@@ -37,25 +37,69 @@ type VerdictReconciler struct {
 	Reader client.Reader
 }
 
-// Reconcile records the verdict of one ended coffer run.
+// Reconcile records the verdict of one ended coffer run. It decides from the cache first: an
+// ended run that gives no verdict, or whose verdict (or a newer one) the cached Backup already
+// records, reads nothing more, so a start with 100,000 ended runs makes no request for them. Only
+// a verdict to record reads the run (whose message the cache drops, TrimEndedRun), its Result and
+// its Backup uncached.
 func (r *VerdictReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	run := &securityv1.BackupVerifyRun{}
 	if err := r.Client.Get(ctx, req.NamespacedName, run); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
-	if !endedCofferRun(run) || ready == nil || run.Status.ResultName() == "" || run.Status.CompletionTime == nil {
+	if !endedWithVerdict(run) {
+		return reconcile.Result{}, nil
+	}
+	if done, err := r.recorded(ctx, run); err != nil || done {
+		return reconcile.Result{}, err
+	}
+	if err := r.reader().Get(ctx, req.NamespacedName, run); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !endedWithVerdict(run) {
 		return reconcile.Result{}, nil
 	}
 	res := &securityv1.BackupVerifyResult{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultName()}, res); err != nil {
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: run.Namespace, Name: run.Status.ResultName()}, res); err != nil {
 		// A Result deleted since is no verdict to record.
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if res.Spec.RunUID() != run.UID {
 		return reconcile.Result{}, nil
 	}
+	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
 	return reconcile.Result{}, recordVerdict(ctx, r.reader(), r.Client, run, res, ready.Reason, run.Status.Message, *run.Status.CompletionTime)
+}
+
+// endedWithVerdict reports whether run is an ended coffer run that may give its Backup a verdict:
+// it has its Result, its completion time and a Ready reason other than BackupVerifyFailed (a run
+// that could not be carried out says nothing of the Backup).
+func endedWithVerdict(run *securityv1.BackupVerifyRun) bool {
+	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
+	return endedCofferRun(run) && ready != nil && ready.Reason != securityv1.EventBackupVerifyFailed &&
+		run.Status.ResultName() != "" && run.Status.CompletionTime != nil
+}
+
+// recorded reports whether run's Backup, as cached, already records the run's verdict or a newer
+// one of its mode. A Backup the cache does not hold (or holds under another UID) is looked at
+// live.
+func (r *VerdictReconciler) recorded(ctx context.Context, run *securityv1.BackupVerifyRun) (bool, error) {
+	b := &backupsv1.Backup{}
+	if err := r.Client.Get(ctx, run.CofferBackup(), b); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading Backup %s: %w", run.CofferBackup(), err)
+	}
+	if uid := run.Labels[securityv1.LabelBackupUID]; uid != "" && uid != string(b.UID) || b.Status.Verification == nil {
+		return false, nil
+	}
+	old := b.Status.Verification.Checksum
+	if mode(run) == securityv1.ModeFullRestore {
+		old = b.Status.Verification.FullRestore
+	}
+	return old != nil && (old.ResultRef != nil && old.ResultRef.Namespace == run.Namespace && old.ResultRef.Name == run.Status.ResultName() ||
+		old.Time.After(run.Status.CompletionTime.Time)), nil
 }
 
 func endedCofferRun(run *securityv1.BackupVerifyRun) bool {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
@@ -403,4 +404,76 @@ func TestTamperedSandboxIsNoVerdict(t *testing.T) {
 	b := f.get()
 	assert.Equal(t, rv, b.ResourceVersion, "nothing written")
 	assert.Nil(t, b.Status.Verification)
+}
+
+// An ended run is read from a cache that cut it (TrimEndedRun: no message, no condition but
+// Ready's reason). Its verdict is recorded from live reads of the run, its Result and its Backup,
+// with the message the cache dropped; once the cached Backup records it, the run's reconciles (a
+// restart of the verifier reconciles every ended run) read nothing live and write nothing.
+func TestEndedRunsAreReadLiveOnlyForANewVerdict(t *testing.T) {
+	f := newVerdictFixture(t)
+	run := f.run("cs-live", securityv1.ModeChecksumOnly)
+	run.UID = ""
+	require.NoError(t, cl.Create(f.ctx, run))
+	orig := run.DeepCopy()
+	done := metav1.NewTime(v0)
+	run.Status = securityv1.BackupVerifyRunStatus{Phase: securityv1.RunSucceeded, StartTime: &done, CompletionTime: &done,
+		ResultRef: &securityv1.ResultReference{Name: resultName(run)}, Message: "Verification succeeded: 42 bytes match the recorded SHA-256",
+		Conditions: []metav1.Condition{
+			{Type: securityv1.ConditionReady, Status: metav1.ConditionTrue, Reason: securityv1.EventBackupVerifyCompleted, Message: "done", LastTransitionTime: done},
+			{Type: securityv1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: "Ended", Message: "ended", LastTransitionTime: done},
+		}}
+	require.NoError(t, cl.Status().Patch(f.ctx, run, client.MergeFrom(orig)))
+	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)},
+		Spec: securityv1.BackupVerifyResultSpec{RunRef: &securityv1.RunReference{Name: run.Name, UID: run.UID}, Backend: securityv1.BackendCoffer,
+			Mode: securityv1.ModeChecksumOnly}}
+	require.NoError(t, cl.Create(f.ctx, res))
+
+	cached := interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if err := c.Get(ctx, key, obj, opts...); err != nil {
+			return err
+		}
+		policy.TrimCachedBackup(obj)
+		TrimEndedRun(obj)
+		return nil
+	}})
+	var live []string
+	reader := interceptor.NewClient(cl, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		live = append(live, fmt.Sprintf("%T", obj))
+		return c.Get(ctx, key, obj, opts...)
+	}})
+	trimmed := &securityv1.BackupVerifyRun{}
+	require.NoError(t, cached.Get(f.ctx, client.ObjectKeyFromObject(run), trimmed))
+	require.Empty(t, trimmed.Status.Message, "the cache drops an ended run's message")
+	require.Len(t, trimmed.Status.Conditions, 1)
+
+	r := &VerdictReconciler{Client: cached, Reader: reader}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)}
+	_, err := r.Reconcile(f.ctx, req)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"*v1alpha1.BackupVerifyRun", "*v1alpha1.BackupVerifyResult", "*v1alpha1.Backup"}, live)
+	b := f.get()
+	f.assertDriversFields(b)
+	require.NotNil(t, b.Status.Verification)
+	assertVerdict(t, &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: done,
+		ResultRef: &backupsv1.VerificationResultRef{Namespace: run.Namespace, Name: resultName(run)},
+		Message:   "Verification succeeded: 42 bytes match the recorded SHA-256"}, b.Status.Verification.Checksum)
+
+	live = nil
+	_, err = r.Reconcile(f.ctx, req)
+	require.NoError(t, err)
+	assert.Empty(t, live, "a recorded verdict is known from the cache")
+	assert.Equal(t, b.ResourceVersion, f.get().ResourceVersion)
+
+	// A run that could not be carried out gives no verdict: nothing is read live either.
+	failed := f.run("cs-failed", securityv1.ModeChecksumOnly)
+	failed.UID = ""
+	require.NoError(t, cl.Create(f.ctx, failed))
+	orig = failed.DeepCopy()
+	failed.Status = securityv1.BackupVerifyRunStatus{Phase: securityv1.RunFailed, CompletionTime: &done, ResultRef: &securityv1.ResultReference{Name: resultName(failed)},
+		Conditions: []metav1.Condition{{Type: securityv1.ConditionReady, Status: metav1.ConditionFalse, Reason: securityv1.EventBackupVerifyFailed, Message: "S3 unreachable", LastTransitionTime: done}}}
+	require.NoError(t, cl.Status().Patch(f.ctx, failed, client.MergeFrom(orig)))
+	_, err = r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(failed)})
+	require.NoError(t, err)
+	assert.Empty(t, live)
 }

@@ -68,6 +68,10 @@ const ReasonSecurityEventsNotInstalled = "SecurityEventsNotInstalled"
 // the run's backend.
 type Reconciler struct {
 	Client client.Client
+	// Reader reads a run's Result uncached: the verifier caches no Result (a policy's 100,000
+	// would be most of its memory), and reads one only while its run is in flight. Nil means
+	// Client (SetupWithManager sets the manager's API reader).
+	Reader client.Reader
 	// Backends verify the runs of each spec.backend; a run of a backend missing here fails
 	// BackendNotConfigured, and a full-restore of a backend that is no backend.Restorer fails
 	// ModeNotSupported.
@@ -298,7 +302,11 @@ func resultName(run *securityv1.BackupVerifyRun) string { return securityv1.Resu
 // deleted, exactly that object, and this run writes its own. Nothing of it is adopted.
 func (r *Reconciler) ownResult(ctx context.Context, s *scope) (*securityv1.BackupVerifyResult, error) {
 	res := &securityv1.BackupVerifyResult{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.run.Namespace, Name: resultName(s.run)}, res)
+	rd := client.Reader(r.Client)
+	if r.Reader != nil {
+		rd = r.Reader
+	}
+	err := rd.Get(ctx, client.ObjectKey{Namespace: s.run.Namespace, Name: resultName(s.run)}, res)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -1,0 +1,32 @@
+package verifyrun
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/coffer-backup/coffer/apis/cachetrim"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+)
+
+// TrimEndedRun cuts an ended run the verifier caches (obj; any other object, and a run in flight,
+// pass unchanged) to what is read of it once it ended: its metadata and spec, and of its status
+// the phase, times, Result, worst severity and the Ready condition's status and reason. The
+// message (up to 32 KiB) and the other conditions are dropped: a policy keeps one run per
+// verified Backup, so at 100,000 Backups the ended runs are most of what the verifier holds.
+// Nothing writes an ended run but its deletion; the verdict controller reads the run whole,
+// uncached, when it has a verdict to record (VerdictReconciler).
+func TrimEndedRun(obj any) {
+	run, ok := obj.(*securityv1.BackupVerifyRun)
+	if !ok || !run.Status.Phase.IsTerminal() {
+		return
+	}
+	st := &run.Status
+	kept := securityv1.BackupVerifyRunStatus{Phase: securityv1.RunPhase(cachetrim.Intern(string(st.Phase))), StartTime: st.StartTime,
+		CompletionTime: st.CompletionTime, ResultRef: st.ResultRef, WorstSeverity: securityv1.Severity(cachetrim.Intern(string(st.WorstSeverity)))}
+	if ready := meta.FindStatusCondition(st.Conditions, securityv1.ConditionReady); ready != nil {
+		kept.Conditions = []metav1.Condition{{Type: securityv1.ConditionReady, Status: ready.Status, Reason: cachetrim.Intern(ready.Reason),
+			ObservedGeneration: ready.ObservedGeneration, LastTransitionTime: ready.LastTransitionTime}}
+	}
+	run.Status = kept
+	run.Namespace = cachetrim.Intern(run.Namespace)
+}
