@@ -46,10 +46,11 @@ func CacheBackupsOf(opts cache.Options, k StrategyKind) cache.Options {
 // TrimBackup cuts a Backup a driver caches (obj; any other object passes unchanged) to what the
 // kit, its catalog and the driver decide from on a look at it, so that a driver holding every
 // Backup of its kind holds little of each (docs/benchmarks.md, "Scale"): its name, namespace, UID,
-// version, generation, creation and deletion, finalizers, the labels the catalog matches by
-// (imported, catalog, managed-by), the annotations its cache transform keeps
+// version, generation, creation and deletion, finalizers, on an imported Backup the labels the
+// catalog matches by (imported, catalog, managed-by; none on another), the annotations its cache transform keeps
 // (CacheAnnotations and the driver's), spec.strategyRef, the driverMetadata keys the driver names
-// in keep, status.phase, the artifact's URI and size (all of it on an imported Backup, whose
+// in keep (one shared map for the Backups whose kept entries are alike: cachetrim.InternMap),
+// status.phase, the artifact's URI and size (all of it on an imported Backup, whose
 // measured artifact a catalog sync reuses), and the ArtifactAvailable condition whole. Repeated
 // strings are shared (cachetrim.Intern). It drops the application and Plan, the other labels and
 // driverMetadata, the checksum, every other condition, the verification verdicts and the
@@ -71,24 +72,26 @@ func TrimBackup(obj any, keep ...string) {
 	for _, f := range b.Finalizers {
 		kept.Finalizers = append(kept.Finalizers, cachetrim.Intern(f))
 	}
-	for _, l := range []string{backupsv1.LabelImported, backupsv1.LabelCatalog, backupsv1.LabelManagedBy} {
-		if v, ok := b.Labels[l]; ok {
-			if kept.Labels == nil {
-				kept.Labels = map[string]string{}
+	if b.Imported() {
+		kept.Labels = map[string]string{}
+		for _, l := range []string{backupsv1.LabelImported, backupsv1.LabelCatalog, backupsv1.LabelManagedBy} {
+			if v, ok := b.Labels[l]; ok {
+				kept.Labels[l] = cachetrim.Intern(v)
 			}
-			kept.Labels[l] = cachetrim.Intern(v)
 		}
 	}
 	ref := b.Spec.StrategyRef
 	kept.Spec.StrategyRef = corev1.TypedLocalObjectReference{APIGroup: cachetrim.InternPtr(ref.APIGroup), Kind: cachetrim.Intern(ref.Kind), Name: cachetrim.Intern(ref.Name)}
+	var md map[string]string
 	for _, k := range keep {
 		if v, ok := b.Spec.DriverMetadata[k]; ok {
-			if kept.Spec.DriverMetadata == nil {
-				kept.Spec.DriverMetadata = map[string]string{}
+			if md == nil {
+				md = map[string]string{}
 			}
-			kept.Spec.DriverMetadata[cachetrim.Intern(k)] = cachetrim.Intern(v)
+			md[cachetrim.Intern(k)] = cachetrim.Intern(v)
 		}
 	}
+	kept.Spec.DriverMetadata = cachetrim.InternMap(md)
 	kept.Status.Phase = backupsv1.BackupPhase(cachetrim.Intern(string(b.Status.Phase)))
 	if a := b.Status.Artifact; a != nil {
 		kept.Status.Artifact = &backupsv1.BackupArtifact{URI: a.URI, SizeBytes: a.SizeBytes}

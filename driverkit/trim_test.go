@@ -3,7 +3,11 @@ package driverkit_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,4 +266,99 @@ func TestAStatusWriteAfterTrimmingKeepsWhatTheCacheDropped(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{}) != nil
 	}, 30*time.Second, 50*time.Millisecond, "released and gone")
+}
+
+// TestCachedBackupBytes measures what a driver's informer holds per Backup of its kind, whole
+// (before TrimBackup) and trimmed: COFFER_MEASURE_CACHED_BACKUPS=N Backups as a driver leaves a
+// good one (as e2e/bench's BenchmarkScale makes them), each cache's live heap after a collection,
+// over N. Skipped unless set (it creates 2N objects): docs/benchmarks.md, "Scale".
+func TestCachedBackupBytes(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("COFFER_MEASURE_CACHED_BACKUPS"))
+	if n <= 0 {
+		t.Skip("COFFER_MEASURE_CACHED_BACKUPS is not set")
+	}
+	f := newFixture(t)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				b := f.benchBackup(i)
+				status := b.Status
+				if err := cl.Create(f.ctx, b); err != nil {
+					errs <- err
+					return
+				}
+				b.Status = status
+				if err := cl.Status().Update(f.ctx, b); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	require.NoError(t, <-errs)
+
+	measure := func(transform func(any) (any, error)) float64 {
+		ctx, cancel := context.WithCancel(f.ctx)
+		defer cancel()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c, err := cache.New(restConfig, driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: transform,
+			DefaultNamespaces: map[string]cache.Config{f.ns: {}}}, f.kit.Strategy))
+		require.NoError(t, err)
+		go func() { _ = c.Start(ctx) }()
+		list := &backupsv1.BackupList{}
+		require.Eventually(t, func() bool {
+			return c.List(ctx, list, client.InNamespace(f.ns), client.UnsafeDisableDeepCopy) == nil && len(list.Items) == n
+		}, 5*time.Minute, 100*time.Millisecond)
+		list = nil
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(c)
+		return float64(after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc)) / float64(n)
+	}
+	whole := measure(cachetrim.Transform(driverkit.CacheAnnotations))
+	trimmed := measure(cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer("param.bucket")))
+	t.Logf("%d Backups of the driver's kind in its informer: %.0f bytes each whole, %.0f trimmed", n, whole, trimmed)
+}
+
+// benchBackup is Backup i of the fixture's driver as e2e/bench's scaleBackup makes one: a good
+// Backup as a driver leaves it (labels, driver metadata, an artifact, three conditions with
+// messages).
+func (f *fixture) benchBackup(i int) *backupsv1.Backup {
+	plan := fmt.Sprintf("p-%05d", i%10000)
+	taken := metav1.NewTime(f.clock.Now().Add(-time.Duration(i/10000+1) * 24 * time.Hour).Truncate(time.Second))
+	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "VirtualMachine", Name: "vm-" + plan}
+	labels := backupsv1.ApplicationLabels(app)
+	labels[backupsv1.LabelBackupJobUID] = fmt.Sprintf("%08x-0000-4000-8000-%012x", i*7919, i)
+	labels[backupsv1.LabelManagedBy] = driverName
+	labels[backupsv1.LabelPlan] = backupsv1.PlanLabelValue(plan)
+	name := fmt.Sprintf("%s-%d", plan, i)
+	cond := func(t, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: reason, Message: msg, LastTransitionTime: taken}
+	}
+	return &backupsv1.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: labels, Finalizers: []string{finalizer}},
+		Spec: backupsv1.BackupSpec{ApplicationRef: app, PlanRef: &corev1.LocalObjectReference{Name: plan}, StrategyRef: f.strategyRef(), TakenAt: taken,
+			DriverMetadata: map[string]string{"param.bucket": "coffer", "toy.example.com/run": name, "toy.example.com/location": "default"}},
+		Status: backupsv1.BackupStatus{
+			Phase: backupsv1.BackupReady,
+			Artifact: &backupsv1.BackupArtifact{URI: "s3://coffer/" + f.ns + "/" + name + ".tar", SizeBytes: 1 << 30,
+				Checksum: "sha256:" + strings.Repeat(strconv.FormatInt(int64(i%16), 16), 64)},
+			Conditions: []metav1.Condition{
+				cond(backupsv1.ConditionReady, "BackupSucceeded", "The backup completed and its artifact is stored"),
+				cond(backupsv1.ConditionArtifactAvailable, "ArtifactFound", "The artifact was found in storage at the last check"),
+				cond(backupsv1.ConditionVerified, backupsv1.ReasonRestoreVerified, "A full-restore verification restored the backup into a sandbox and matched every object"),
+			},
+		},
+	}
 }

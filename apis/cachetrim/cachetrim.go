@@ -13,6 +13,9 @@
 package cachetrim
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unique"
@@ -103,4 +106,40 @@ func InternPtr(p *string) *string {
 		pointerCount.Add(1)
 	}
 	return v.(*string)
+}
+
+// maxInternedMaps bounds InternMap's table: maps beyond it are not shared.
+const maxInternedMaps = 1024
+
+var internedMaps sync.Map // canonical form -> map[string]string
+
+var mapCount atomic.Int64
+
+// InternMap returns m, or a shared map with the same entries: the cached objects whose kept map
+// (a driver's metadata, say) is alike then hold one. A shared map is never to be written: a cached
+// object is read, or copied before it is changed (the cache's Get and List copy it). The table
+// holds at most maxInternedMaps maps (a flood of distinct ones only stops being shared).
+func InternMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	var sb strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		sb.WriteString(k)
+		sb.WriteByte(0)
+		sb.WriteString(m[k])
+		sb.WriteByte(0)
+	}
+	key := sb.String()
+	if v, ok := internedMaps.Load(key); ok {
+		return v.(map[string]string)
+	}
+	if mapCount.Load() >= maxInternedMaps {
+		return m
+	}
+	v, loaded := internedMaps.LoadOrStore(key, m)
+	if !loaded {
+		mapCount.Add(1)
+	}
+	return v.(map[string]string)
 }

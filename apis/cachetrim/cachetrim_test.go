@@ -2,6 +2,7 @@ package cachetrim_test
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -62,4 +63,18 @@ func TestInternPtr(t *testing.T) {
 	assert.Equal(t, "group-2999.example.com", *cachetrim.InternPtr(fresh("group-2999.example.com")))
 	assert.Same(t, a, cachetrim.InternPtr(fresh("apps.cozystack.io")), "what was shared stays shared")
 	assert.Equal(t, "", cachetrim.Intern(""))
+}
+
+// Maps alike are shared, whatever their order of insertion; others are not.
+func TestInternMapSharesMapsAlike(t *testing.T) {
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	a := cachetrim.InternMap(map[string]string{"param.bucket": "coffer", "param.region": "eu"})
+	b := cachetrim.InternMap(map[string]string{"param.region": "eu", "param.bucket": "coffer"})
+	c := cachetrim.InternMap(map[string]string{"param.bucket": "other"})
+	assert.True(t, same(a, b), "two maps alike are shared")
+	assert.False(t, same(a, c))
+	assert.Equal(t, map[string]string{"param.bucket": "other"}, c)
+	assert.Nil(t, cachetrim.InternMap(nil))
 }
