@@ -60,11 +60,18 @@ func scale(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	root, c, cl, veleroErr := nodelessCluster(ctx, b)
+	if scaleKind == "velero" && veleroErr != nil {
+		b.Fatalf("COFFER_BENCH_SCALE_KIND=velero needs Velero's CRDs: %v", veleroErr)
+	}
 	start := time.Now()
 	if err := createScale(ctx, cl); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%d namespaces, %d Plans and %d Backups created in %s", scaleNamespaces, scalePlans, scaleBackups, time.Since(start).Round(time.Second))
+	if err := createScaleKind(ctx, cl); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d namespaces, %d Plans and %d Backups of %s created in %s", scaleNamespaces, scalePlans, scaleBackups, scaleStrategy().Kind,
+		time.Since(start).Round(time.Second))
 
 	bin := filepath.Join(c.Dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
@@ -185,7 +192,7 @@ func usageOf(comp *components.Component) (usage, error) {
 func createScale(ctx context.Context, cl client.Client) error {
 	class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: backupsv1.BackupClassSpec{
 		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "VirtualMachine"},
-			StrategyRef: toyStrategy}},
+			StrategyRef: scaleStrategy(), Parameters: map[string]string{"bucket": scaleBucket}}},
 	}}
 	if err := cl.Create(ctx, class); err != nil {
 		return err
@@ -242,10 +249,8 @@ func createScale(ctx context.Context, cl client.Client) error {
 	})
 }
 
-var toyStrategy = corev1.TypedLocalObjectReference{APIGroup: ptr("toy.example.com"), Kind: "ToyBackupStrategy", Name: "nightly"}
-
 // scaleBackup is Backup i as a driver leaves a good one: Plan i%scalePlans's, taken on one of the
-// last days.
+// last days, of the strategy kind COFFER_BENCH_SCALE_KIND names (asDriverLeavesIt).
 func scaleBackup(i int, nsName func(int) string) *backupsv1.Backup {
 	plan := i % scalePlans
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr("apps.cozystack.io"), Kind: "VirtualMachine", Name: fmt.Sprintf("vm-%05d", plan)}
@@ -258,7 +263,7 @@ func scaleBackup(i int, nsName func(int) string) *backupsv1.Backup {
 	cond := func(t, reason, msg string) metav1.Condition {
 		return metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: reason, Message: msg, LastTransitionTime: taken}
 	}
-	return &backupsv1.Backup{
+	return asDriverLeavesIt(i, &backupsv1.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsName(plan), Labels: labels},
 		Spec: backupsv1.BackupSpec{
 			ApplicationRef: app, PlanRef: &corev1.LocalObjectReference{Name: fmt.Sprintf("p-%05d", plan)},
@@ -275,7 +280,7 @@ func scaleBackup(i int, nsName func(int) string) *backupsv1.Backup {
 				cond(backupsv1.ConditionVerified, backupsv1.ReasonRestoreVerified, "A full-restore verification restored the backup into a sandbox and matched every object"),
 			},
 		},
-	}
+	})
 }
 
 // deploymentEnv is the literal environment (name and value, none read from a reference) of the
