@@ -238,6 +238,11 @@ func createScale(ctx context.Context, cl client.Client) error {
 	}); err != nil {
 		return err
 	}
+	if scaleVerified {
+		if err := createScalePolicy(ctx, cl); err != nil {
+			return err
+		}
+	}
 	return run(scaleBackups, func(i int) error {
 		b := scaleBackup(i, nsName)
 		status := b.Status
@@ -245,6 +250,11 @@ func createScale(ctx context.Context, cl client.Client) error {
 			return err
 		}
 		b.Status = status
+		if scaleVerified {
+			if err := verifyScaleBackup(ctx, cl, b); err != nil {
+				return err
+			}
+		}
 		return cl.Status().Update(ctx, b)
 	})
 }
