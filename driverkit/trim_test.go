@@ -189,7 +189,7 @@ func TestAStatusWriteAfterTrimmingKeepsWhatTheCacheDropped(t *testing.T) {
 	assert.Empty(t, inCache.Status.Artifact.Checksum, "the cache drops the checksum")
 	assert.Equal(t, artifact.URI, inCache.Status.Artifact.URI)
 	assert.Equal(t, map[string]string{"kept": "where"}, inCache.Spec.DriverMetadata)
-	assert.Equal(t, map[string]string{backupsv1.LabelManagedBy: driverName}, inCache.Labels)
+	assert.Nil(t, inCache.Labels, "a Backup not imported keeps no label")
 	assert.Equal(t, map[string]string{backupsv1.AnnotationRecord: "s3://bucket/record.json"}, inCache.Annotations)
 	require.Len(t, inCache.Status.Conditions, 1, "only ArtifactAvailable")
 	assert.Equal(t, "Stored", inCache.Status.Conditions[0].Message)
@@ -361,4 +361,22 @@ func (f *fixture) benchBackup(i int) *backupsv1.Backup {
 			},
 		},
 	}
+}
+
+// An imported Backup keeps what the catalog reads of it: the labels it matches by, its origin's
+// annotations, its finalizers, and the whole artifact (a catalog sync reuses what it measured).
+func TestATrimmedImportedBackupKeepsWhatTheCatalogReads(t *testing.T) {
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", UID: "u", Finalizers: []string{finalizer},
+		Labels:      map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: "dr", backupsv1.LabelManagedBy: driverName, backupsv1.LabelPlan: "nightly"},
+		Annotations: map[string]string{backupsv1.AnnotationSourceCluster: "elsewhere", backupsv1.AnnotationSourceUID: "0000", backupsv1.AnnotationRecord: "s3://x/r.json", backupsv1.AnnotationAdopted: "true"}},
+		Status: backupsv1.BackupStatus{Phase: backupsv1.BackupReady, Artifact: artifact.DeepCopy()}}
+	trimmed := b.DeepCopy()
+	driverkit.TrimBackup(trimmed)
+	assert.Equal(t, map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: "dr", backupsv1.LabelManagedBy: driverName}, trimmed.Labels)
+	assert.Equal(t, b.Annotations, trimmed.Annotations)
+	assert.Equal(t, b.Finalizers, trimmed.Finalizers)
+	assert.Equal(t, b.Status.Artifact, trimmed.Status.Artifact)
+	assert.Equal(t, b.UID, trimmed.UID)
+	assert.True(t, trimmed.Imported())
+	assert.True(t, trimmed.Adopted())
 }

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -53,11 +54,33 @@ func newCheckFixture(t *testing.T, mutate func(*jobapi.JobBackupStrategySpec)) *
 
 // checker is the driver with artifact checks (the default period, at most maxJobs check Jobs).
 // The checks list Jobs and Backups in the whole cluster, and the tests share one API server: the
-// checker sees the fixture's namespace only, so each test's slots and due Backups are its own.
+// checker sees the fixture's namespace only, so each test's slots and due Backups are its own. Its
+// client reads Backups as the driver's cache holds them, trimmed (driver.CacheTransform): the
+// checks decide from that, and read uncached (Live) what they write from.
 func (f *fixture) checker(maxJobs int) *driver.Driver {
+	trim := func(obj runtime.Object) {
+		if l, ok := obj.(*backupsv1.BackupList); ok {
+			for i := range l.Items {
+				_, _ = driver.CacheTransform(&l.Items[i])
+			}
+			return
+		}
+		_, _ = driver.CacheTransform(obj)
+	}
 	scoped := interceptor.NewClient(cl, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			trim(obj)
+			return nil
+		},
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			return c.List(ctx, list, append(opts, client.InNamespace(f.ns))...)
+			if err := c.List(ctx, list, append(opts, client.InNamespace(f.ns))...); err != nil {
+				return err
+			}
+			trim(list)
+			return nil
 		},
 	})
 	return &driver.Driver{Client: scoped, Live: cl, Scheme: sch, Recorder: f.rec,

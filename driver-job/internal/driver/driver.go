@@ -125,6 +125,7 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 		Finalizer:         names.Finalizer,
 		Driver:            d,
 		Client:            d.Client,
+		APIReader:         d.Live,
 		Recorder:          d.Recorder,
 		Clock:             clk,
 		Metrics:           metrics,
