@@ -171,6 +171,11 @@ func scale(b *testing.B) {
 		fmt.Fprintf(os.Stdout, "| %s | %.0f MiB | %.0f MiB | %.2f | %.0f | %.0f |\n", comp.Binary,
 			float64(peak)/(1<<20), float64(rss)/(1<<20), cpuMin, reqMin, depth)
 	}
+	if scaleVerified {
+		if err := checkScalePolicy(ctx, cl); err != nil {
+			b.Error(err)
+		}
+	}
 }
 
 // usage is what a component has used so far: CPU seconds and API requests (its client's

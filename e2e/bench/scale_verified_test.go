@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -61,5 +62,27 @@ func verifyScaleBackup(ctx context.Context, cl client.Client, b *backupsv1.Backu
 	}
 	b.Status.Verification = &backupsv1.BackupVerification{Checksum: &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: done,
 		ResultRef: &backupsv1.VerificationResultRef{Namespace: run.Namespace, Name: result}, Message: msg}}
+	return nil
+}
+
+// checkScalePolicy checks that the verifier took the verified Backups for what they are: its
+// policy Ready, no run in flight or pending, and no run made beside the one per Backup.
+func checkScalePolicy(ctx context.Context, cl client.Client) error {
+	pol := &securityv1.BackupVerifyPolicy{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: scalePolicy}, pol); err != nil {
+		return err
+	}
+	ready := meta.FindStatusCondition(pol.Status.Conditions, securityv1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || pol.Status.ActiveRuns != 0 || pol.Status.PendingBackups != 0 {
+		return fmt.Errorf("the policy is not Ready with nothing to do: %+v", pol.Status)
+	}
+	runs := &metav1.PartialObjectMetadataList{}
+	runs.SetGroupVersionKind(securityv1.GroupVersion.WithKind("BackupVerifyRunList"))
+	if err := cl.List(ctx, runs); err != nil {
+		return err
+	}
+	if len(runs.Items) != scaleBackups {
+		return fmt.Errorf("%d runs, not one per Backup (%d)", len(runs.Items), scaleBackups)
+	}
 	return nil
 }
