@@ -59,7 +59,12 @@ func (r *Reconciler) velero(ctx context.Context, pol *securityv1.BackupVerifyPol
 		}
 		return nil, fmt.Errorf("listing Velero backups in %s: %w", ns, err)
 	}
-	if err := r.listRuns(ctx, pol, nil, nil); err != nil {
+	// The runs of the backups just listed are kept without reading them again.
+	present := make(map[types.UID]bool, len(list.Items))
+	for i := range list.Items {
+		present[list.Items[i].UID] = true
+	}
+	if err := r.listRuns(ctx, pol, nil, present); err != nil {
 		return nil, err
 	}
 	// Newest first, by schedule.
