@@ -81,7 +81,9 @@ func TestDriverCachesOnlyBackupsOfItsKind(t *testing.T) {
 	rec := &backupsv1.ArtifactRecord{APIVersion: backupsv1.RecordAPIVersion, Kind: backupsv1.RecordKind, Format: backupsv1.RecordFormat,
 		SourceCluster: backupsv1.SourceCluster{ID: "elsewhere", Name: "elsewhere"}, Namespace: f.ns, Name: other.Name, UID: "0000",
 		Spec: other.Spec, Artifact: artifact}
-	res, err := cat.Sync(ctx, backupsv1.SourceCluster{ID: "here", Name: "here"}, []driverkit.CatalogEntry{{Record: rec, Location: "s3://x/record.json"}}, true)
+	res, err := cat.Sync(ctx, backupsv1.SourceCluster{ID: "here", Name: "here"}, 1, func(yield func(driverkit.CatalogEntry) bool) {
+		yield(driverkit.EntryOf(rec, "s3://x/record.json"))
+	})
 	require.NoError(t, err, "a name taken by a Backup the driver does not cache is no error to retry")
 	assert.Contains(t, res.Skipped["s3://x/record.json"], "another strategy kind's")
 	assert.Zero(t, res.Created)

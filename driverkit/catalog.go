@@ -30,17 +30,67 @@ const DefaultCatalogWorkers = 8
 // ReasonImported is the reason of an imported Backup's ArtifactAvailable condition.
 const ReasonImported = "Imported"
 
-// CatalogEntry is one record a catalog found in storage, and where (the record's URI).
+// CatalogEntry is one record a catalog found in storage, and where (the record's URI). A driver
+// need not hold the record: the identity below is what a sync decides on (which Backup the record
+// makes, and whether an existing Backup is its import); the record itself is needed only when its
+// Backup must be made or completed, and Load reads it then.
 type CatalogEntry struct {
-	Record   *backupsv1.ArtifactRecord
+	// Location is the record's URI, unique in a sync.
 	Location string
+	// Skip, when set, says why the record is not imported (invalid, its artifact gone...); the
+	// rest of the entry is then unset.
+	Skip string
+	// Unreadable, when set, is why the record could not be read in this sync: nothing is decided
+	// on it, and no imported Backup is removed (the sync is incomplete).
+	Unreadable error
+	// The record's identity: the Backup it is of in its cluster, the cluster that wrote it, and
+	// that Backup's UID.
+	Namespace, Name string
+	SourceCluster   string
+	UID             types.UID
+	// Record is the record, when the driver holds it; else Load reads it again. Load must return
+	// the record as it was when the entry was made (driver-job reads it at the ETag it listed), or
+	// an error: the entry's record is then taken as unreadable in this sync.
+	Record *backupsv1.ArtifactRecord
+	Load   func(context.Context) (*backupsv1.ArtifactRecord, error)
 }
+
+// EntryOf is the entry of record r, read from location.
+func EntryOf(r *backupsv1.ArtifactRecord, location string) CatalogEntry {
+	return CatalogEntry{Location: location, Namespace: r.Namespace, Name: r.Name, SourceCluster: r.SourceCluster.ID, UID: r.UID, Record: r}
+}
+
+// load returns the entry's record, read again if the driver did not keep it, and checks that it is
+// the record the entry names.
+func (e CatalogEntry) load(ctx context.Context) (*backupsv1.ArtifactRecord, error) {
+	r := e.Record
+	if r == nil {
+		if e.Load == nil {
+			return nil, fmt.Errorf("the record %s was not kept and cannot be read again", e.Location)
+		}
+		var err error
+		if r, err = e.Load(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if r.Namespace != e.Namespace || r.Name != e.Name || r.SourceCluster.ID != e.SourceCluster || r.UID != e.UID {
+		return nil, fmt.Errorf("the record %s changed since it was read (it is now of %s/%s, UID %s, cluster %s)", e.Location, r.Namespace, r.Name, r.UID, r.SourceCluster.ID)
+	}
+	return r, nil
+}
+
+// CatalogRecords yields a sync's records to yield, in Location order, each Location once, until
+// yield returns false. A driver may read them while the catalog imports those it already yielded.
+type CatalogRecords func(yield func(CatalogEntry) bool)
 
 // Catalog is one catalog sync (contract rule BK-12): the records a driver found in storage,
 // turned into Backups of this cluster. The driver lists and parses the records (it alone knows
 // its storage); the catalog does the rest, the same for every driver.
 type Catalog struct {
 	Client client.Client
+	// Live reads a Backup uncached before the catalog writes it (a driver's cache holds Backups
+	// trimmed: TrimBackup); nil reads with Client.
+	Live client.Reader
 	// Driver is the importing driver's name (the managed-by label of the Backups it makes).
 	Driver string
 	// Name names the catalog (the LabelCatalog value of its Backups): one per strategy.
@@ -60,7 +110,9 @@ type Catalog struct {
 	// what a restore here needs (driver-job: the catalog's class parameters, never the record's,
 	// whose endpoint could send a restore's credentials elsewhere).
 	DriverMetadata func(recorded map[string]string) map[string]string
-	// Progress, when set, is told how many records' Backups are made so far (CatalogImporting).
+	// Progress, when set, is told how far the sync is: CatalogReading while the driver still
+	// yields records (done: the records yielded), then CatalogImporting (done: the records whose
+	// Backup is made, found made, or that are skipped).
 	Progress Progress
 }
 
@@ -69,69 +121,98 @@ type CatalogResult struct {
 	Records, Own, Imported, Created, Removed int
 	// Skipped says, per record location, why it was not imported.
 	Skipped map[string]string
+	// Unreadable counts the records that could not be read (the log names them): the sync was
+	// incomplete, and removed nothing.
+	Unreadable int
+}
+
+// imports is what a sync keeps of an imported Backup it listed: whether a record is its import
+// and whether it is complete, not the Backup (a catalog may hold 100,000).
+type imports struct {
+	record, sourceCluster, sourceUID string
+	uid                              types.UID
+	// complete: Ready with its artifact, and with the finalizer if adopted (nothing to write).
+	complete, deleting bool
+}
+
+func (c *Catalog) importsOf(b *backupsv1.Backup) *imports {
+	return &imports{record: b.Annotations[backupsv1.AnnotationRecord], sourceCluster: b.Annotations[backupsv1.AnnotationSourceCluster],
+		sourceUID: b.Annotations[backupsv1.AnnotationSourceUID], uid: b.UID, deleting: !b.DeletionTimestamp.IsZero(),
+		complete: b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil && !c.needsFinalizer(b)}
+}
+
+func (c *Catalog) needsFinalizer(b *backupsv1.Backup) bool {
+	return b.Adopted() && c.Finalizer != "" && !controllerutil.ContainsFinalizer(b, c.Finalizer) && b.DeletionTimestamp.IsZero()
+}
+
+func (i *imports) of(e CatalogEntry) bool {
+	return i.sourceCluster == e.SourceCluster && i.sourceUID == string(e.UID) && i.record == e.Location
 }
 
 // Sync makes one imported Backup per record of another cluster, and completes those a crash left
 // without their status. It never changes or deletes a Backup it did not import (a name taken by
 // another Backup skips the record), never creates a namespace (a missing one skips the record),
-// and imports a record of this cluster never. When complete (the driver read every record),
-// Backups of this catalog whose record is gone are deleted: the source deleted the artifact. An
-// imported Backup carries no finalizer, so deleting it never touches the artifact, unless an admin
-// adopted it (AnnotationAdopted). Sync is idempotent: a second run over the same records changes
-// nothing.
-func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entries []CatalogEntry, complete bool) (CatalogResult, error) {
+// and imports a record of this cluster never. Of two records of the same Backup, the first in
+// Location order makes it. total is how many records the driver will yield (for Progress). It
+// imports records as records yields them, Workers at a time. When complete (every record was
+// read), Backups of this catalog whose record is gone are deleted: the source deleted the
+// artifact. An imported Backup carries no finalizer, so deleting it never touches the artifact,
+// unless an admin adopted it (AnnotationAdopted). Sync is idempotent: a second run over the same
+// records changes nothing.
+func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, total int, records CatalogRecords) (CatalogResult, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("catalog", c.Name)
-	res := CatalogResult{Records: len(entries), Skipped: map[string]string{}}
-	existing := &backupsv1.BackupList{}
-	if err := c.Client.List(ctx, existing, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(c.Name)}); err != nil {
-		return res, fmt.Errorf("listing the Backups of catalog %s: %w", c.Name, err)
-	}
-	ours := map[client.ObjectKey]*backupsv1.Backup{}
-	for i := range existing.Items {
-		b := &existing.Items[i]
-		if b.Labels[backupsv1.LabelManagedBy] == c.Driver {
-			ours[client.ObjectKeyFromObject(b)] = b
+	res := CatalogResult{Skipped: map[string]string{}}
+	ours := map[client.ObjectKey]*imports{}
+	{
+		// Unsafe: a cached client hands its own objects, which are read here and never kept.
+		existing := &backupsv1.BackupList{}
+		if err := c.Client.List(ctx, existing, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(c.Name)},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return res, fmt.Errorf("listing the Backups of catalog %s: %w", c.Name, err)
+		}
+		for i := range existing.Items {
+			b := &existing.Items[i]
+			if b.Labels[backupsv1.LabelManagedBy] == c.Driver {
+				ours[client.ObjectKeyFromObject(b)] = c.importsOf(b)
+			}
 		}
 	}
-	// Which record makes which Backup is decided first, in a stable order; the Backups are then
-	// made Workers at a time.
 	type item struct {
 		key client.ObjectKey
 		e   CatalogEntry
 	}
-	var items []item
-	claimed := map[client.ObjectKey]bool{}
-	sort.Slice(entries, func(i, k int) bool { return entries[i].Location < entries[k].Location })
-	for _, e := range entries {
-		r := e.Record
-		if r.SourceCluster.ID == self.ID {
-			res.Own++
-			continue
-		}
-		key := client.ObjectKey{Namespace: r.Namespace, Name: r.Name}
-		if ns, ok := c.NamespaceMapping[r.Namespace]; ok {
-			key.Namespace = ns
-		}
-		if claimed[key] {
-			res.Skipped[e.Location] = fmt.Sprintf("another record of this sync imports Backup %s", key)
-			continue
-		}
-		claimed[key] = true
-		items = append(items, item{key, e})
-	}
 	var (
-		mu       sync.Mutex
-		firstErr error
-		wg       sync.WaitGroup
+		mu         sync.Mutex
+		firstErr   error
+		wg         sync.WaitGroup
+		yielded    int
+		done       int
+		reading    = true
+		lastRecord string
 	)
 	seen := map[client.ObjectKey]bool{}
-	done := 0
+	claimed := map[client.ObjectKey]bool{}
+	// progress is what to report, with mu held; report it once mu is released.
+	progress := func() func() {
+		if c.Progress == nil {
+			return func() {}
+		}
+		phase, n := backupsv1.CatalogImporting, done
+		if reading {
+			phase, n = backupsv1.CatalogReading, yielded
+		}
+		return func() { c.Progress(phase, n, total) }
+	}
+	unreadable := func(loc string, err error) { // with mu held
+		res.Unreadable++
+		log.Info("Reading a record failed; it is not imported in this sync", "record", loc, "error", err.Error())
+	}
 	work := make(chan item)
 	workers := c.Workers
 	if workers <= 0 {
 		workers = DefaultCatalogWorkers
 	}
-	for range min(workers, max(len(items), 1)) {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -143,65 +224,142 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, entrie
 				if stop {
 					continue
 				}
-				b, created, skip, err := c.ensure(ctx, it.key, it.e, prev)
+				o := c.ensure(ctx, it.key, it.e, prev)
 				mu.Lock()
 				done++
-				n := done
 				switch {
-				case err != nil:
+				case o.err != nil:
 					if firstErr == nil {
-						firstErr = err
+						firstErr = o.err
 					}
-				case skip != "":
-					res.Skipped[it.e.Location] = skip
-					log.Info("Skipped a record", "record", it.e.Location, "reason", skip)
+				case o.unreadable != nil:
+					seen[it.key] = true // its record exists: whatever it imported stays
+					unreadable(it.e.Location, o.unreadable)
+				case o.skip != "":
+					res.Skipped[it.e.Location] = o.skip
+					log.Info("Skipped a record", "record", it.e.Location, "reason", o.skip)
 				default:
 					seen[it.key] = true
-					if created {
+					if o.created {
 						res.Created++
-						log.Info("Imported Backup", "backup", klog.KObj(b), "record", it.e.Location)
+						log.Info("Imported Backup", "backup", klog.KRef(it.key.Namespace, it.key.Name), "record", it.e.Location)
 					}
-					ours[it.key] = b
+					if o.imports != nil {
+						ours[it.key] = o.imports
+					}
 				}
+				report := progress()
 				mu.Unlock()
-				if c.Progress != nil {
-					c.Progress(backupsv1.CatalogImporting, n, len(items))
-				}
+				report()
 			}
 		}()
 	}
-	for _, it := range items {
-		work <- it
-	}
+	// Which record makes which Backup is decided as the records come, in Location order; the
+	// Backups are made Workers at a time.
+	records(func(e CatalogEntry) bool {
+		mu.Lock()
+		if firstErr != nil {
+			mu.Unlock()
+			return false
+		}
+		if res.Records > 0 && e.Location <= lastRecord {
+			firstErr = fmt.Errorf("the driver yielded record %s after %s, not in order", e.Location, lastRecord)
+			mu.Unlock()
+			return false
+		}
+		lastRecord = e.Location
+		res.Records++
+		yielded++
+		var key client.ObjectKey
+		send := false
+		switch {
+		case e.Unreadable != nil:
+			unreadable(e.Location, e.Unreadable)
+		case e.Skip != "":
+			res.Skipped[e.Location] = e.Skip
+		case e.SourceCluster == self.ID:
+			res.Own++
+		default:
+			key = client.ObjectKey{Namespace: e.Namespace, Name: e.Name}
+			if ns, ok := c.NamespaceMapping[e.Namespace]; ok {
+				key.Namespace = ns
+			}
+			if claimed[key] {
+				res.Skipped[e.Location] = fmt.Sprintf("another record of this sync imports Backup %s", key)
+			} else {
+				claimed[key] = true
+				send = true
+			}
+		}
+		if !send {
+			done++
+		}
+		report := progress()
+		mu.Unlock()
+		report()
+		if send {
+			work <- item{key, e}
+		}
+		return true
+	})
 	close(work)
+	mu.Lock()
+	reading = false
+	report := progress()
+	mu.Unlock()
+	report()
 	wg.Wait()
 	if firstErr != nil {
 		return res, firstErr
 	}
 	for key, b := range ours {
-		if seen[key] || !b.DeletionTimestamp.IsZero() {
+		if seen[key] || b.deleting {
 			continue
 		}
-		if !complete {
-			continue // a record we could not read is not a record that is gone
+		if res.Unreadable > 0 {
+			break // a record we could not read is not a record that is gone
 		}
-		if err := c.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-			return res, fmt.Errorf("deleting imported Backup %s, whose record %s is gone: %w", key, b.Annotations[backupsv1.AnnotationRecord], err)
+		obj := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		if err := c.Client.Delete(ctx, obj, client.Preconditions{UID: &b.uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return res, fmt.Errorf("deleting imported Backup %s, whose record %s is gone: %w", key, b.record, err)
 		}
 		res.Removed++
 		delete(ours, key)
-		log.Info("Removed imported Backup: its record is gone from storage", "backup", klog.KObj(b), "record", b.Annotations[backupsv1.AnnotationRecord])
+		log.Info("Removed imported Backup: its record is gone from storage", "backup", klog.KRef(key.Namespace, key.Name), "record", b.record)
 	}
 	res.Imported = len(ours)
 	return res, nil
 }
 
+// outcome is what ensure did with one record: made or found its Backup (imports, created), or
+// skipped it (skip), or could not read it (unreadable), or failed (err, the API server's).
+type outcome struct {
+	imports    *imports
+	created    bool
+	skip       string
+	unreadable error
+	err        error
+}
+
 // ensure creates the Backup of one record, or finds the one an earlier sync made, and completes
 // its status and (once adopted) its finalizer. A record it does not import gets the reason why.
-func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEntry, b *backupsv1.Backup) (_ *backupsv1.Backup, created bool, _ string, _ error) {
-	r := e.Record
-	if b == nil {
-		b = c.imported(key, e)
+// It reads the record only when it writes the Backup.
+func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEntry, prev *imports) outcome {
+	var b *backupsv1.Backup
+	var r *backupsv1.ArtifactRecord
+	load := func() (err error) {
+		if r == nil {
+			r, err = e.load(ctx)
+		}
+		return err
+	}
+	var created bool
+	switch {
+	case prev == nil:
+		if err := load(); err != nil {
+			return outcome{unreadable: err}
+		}
+		b = c.imported(key, e, r)
 		err := c.Client.Create(ctx, b)
 		switch {
 		case err == nil:
@@ -212,33 +370,49 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 			if err := c.Client.Get(ctx, key, existing); apierrors.IsNotFound(err) {
 				// A driver caches only the Backups of its strategy kind (CacheBackupsOf): another
 				// driver's, or one of ours the cache has not seen yet (the next sync finds it).
-				return nil, false, fmt.Sprintf("a Backup %s exists that this driver's cache does not hold (another strategy kind's, or one not seen yet); it is left alone", key), nil
+				return outcome{skip: fmt.Sprintf("a Backup %s exists that this driver's cache does not hold (another strategy kind's, or one not seen yet); it is left alone", key)}
 			} else if err != nil {
-				return nil, false, "", fmt.Errorf("reading Backup %s, which exists: %w", key, err)
+				return outcome{err: fmt.Errorf("reading Backup %s, which exists: %w", key, err)}
 			}
 			if !c.importOf(existing, e) {
-				return nil, false, fmt.Sprintf("a Backup %s exists and was not imported from this record; it is left alone", key), nil
+				return outcome{skip: fmt.Sprintf("a Backup %s exists and was not imported from this record; it is left alone", key)}
 			}
-			b = existing
+			if existing.Status.Phase == backupsv1.BackupReady && existing.Status.Artifact != nil && !c.needsFinalizer(existing) {
+				return outcome{imports: c.importsOf(existing)}
+			}
+			var err error
+			if b, err = c.live(ctx, key, e); b == nil || err != nil {
+				return outcome{imports: c.importsOf(existing), err: err}
+			}
 		case apierrors.IsNotFound(err):
-			return nil, false, fmt.Sprintf("namespace %s does not exist here (create it, or map %s with namespaceMapping)", key.Namespace, r.Namespace), nil
+			return outcome{skip: fmt.Sprintf("namespace %s does not exist here (create it, or map %s with namespaceMapping)", key.Namespace, e.Namespace)}
 		case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
-			return nil, false, fmt.Sprintf("the API server refused its Backup %s: %v", key, err), nil
+			return outcome{skip: fmt.Sprintf("the API server refused its Backup %s: %v", key, err)}
 		default:
-			return nil, false, "", fmt.Errorf("creating imported Backup %s: %w", key, err)
+			return outcome{err: fmt.Errorf("creating imported Backup %s: %w", key, err)}
 		}
-	} else if !c.importOf(b, e) {
-		return nil, false, fmt.Sprintf("Backup %s was imported from another record (%s); it is left alone", key, b.Annotations[backupsv1.AnnotationRecord]), nil
+	case !prev.of(e):
+		return outcome{skip: fmt.Sprintf("Backup %s was imported from another record (%s); it is left alone", key, prev.record)}
+	case prev.complete:
+		return outcome{imports: prev}
+	default:
+		var err error
+		if b, err = c.live(ctx, key, e); b == nil || err != nil {
+			return outcome{imports: prev, err: err}
+		}
 	}
-	if b.Adopted() && c.Finalizer != "" && !controllerutil.ContainsFinalizer(b, c.Finalizer) && b.DeletionTimestamp.IsZero() {
+	if c.needsFinalizer(b) {
 		orig := b.DeepCopy()
 		b.Finalizers = append(b.Finalizers, c.Finalizer)
 		if err := c.Client.Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return nil, false, "", fmt.Errorf("adding the finalizer to adopted Backup %s: %w", key, err)
+			return outcome{err: fmt.Errorf("adding the finalizer to adopted Backup %s: %w", key, err)}
 		}
 	}
 	if b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil {
-		return b, created, "", nil
+		return outcome{imports: c.importsOf(b), created: created}
+	}
+	if err := load(); err != nil {
+		return outcome{unreadable: err, created: created}
 	}
 	orig := b.DeepCopy()
 	b.Status.Phase = backupsv1.BackupReady
@@ -246,21 +420,38 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue,
 		Reason: ReasonImported, Message: fmt.Sprintf("Imported from the record %s, written by cluster %s", e.Location, clusterName(r.SourceCluster))})
 	if _, err := PatchStatus(ctx, c.Client, b, orig); err != nil {
-		return nil, false, "", fmt.Errorf("recording the artifact of imported Backup %s: %w", key, err)
+		return outcome{err: fmt.Errorf("recording the artifact of imported Backup %s: %w", key, err)}
 	}
-	return b, created, "", nil
+	return outcome{imports: c.importsOf(b), created: created}
+}
+
+// live reads the imported Backup key uncached, to write it: nil when it is gone meanwhile (the next
+// sync imports it again) or is no longer the import of e (a replaced Backup is left alone).
+func (c *Catalog) live(ctx context.Context, key client.ObjectKey, e CatalogEntry) (*backupsv1.Backup, error) {
+	r := c.Live
+	if r == nil {
+		r = c.Client
+	}
+	b := &backupsv1.Backup{}
+	if err := r.Get(ctx, key, b); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading imported Backup %s: %w", key, err)
+	}
+	if !c.importOf(b, e) {
+		return nil, nil
+	}
+	return b, nil
 }
 
 // importOf tells whether b is this catalog's import of the record e.
 func (c *Catalog) importOf(b *backupsv1.Backup, e CatalogEntry) bool {
 	return b.Imported() && b.Labels[backupsv1.LabelManagedBy] == c.Driver && b.Labels[backupsv1.LabelCatalog] == backupsv1.LabelValue(c.Name) &&
-		b.Annotations[backupsv1.AnnotationSourceCluster] == e.Record.SourceCluster.ID &&
-		b.Annotations[backupsv1.AnnotationSourceUID] == string(e.Record.UID) && b.Annotations[backupsv1.AnnotationRecord] == e.Location
+		c.importsOf(b).of(e)
 }
 
 // imported is the Backup a record makes here.
-func (c *Catalog) imported(key client.ObjectKey, e CatalogEntry) *backupsv1.Backup {
-	r := e.Record
+func (c *Catalog) imported(key client.ObjectKey, e CatalogEntry, r *backupsv1.ArtifactRecord) *backupsv1.Backup {
 	labels := map[string]string{}
 	for k, v := range r.Labels { // the contract's labels only (Validate)
 		labels[k] = v

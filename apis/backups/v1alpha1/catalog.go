@@ -41,9 +41,11 @@ type CatalogStatus struct {
 
 // Phases of a catalog sync under way.
 const (
-	// CatalogReading: the driver reads the records in storage.
+	// CatalogReading: the driver reads the records in storage (done: the records read so far),
+	// and the catalog makes each record's Backup as soon as it is read.
 	CatalogReading = "Reading"
-	// CatalogImporting: the records' Backups are made, or found made.
+	// CatalogImporting: every record is read, and the last Backups are made, or found made (done:
+	// the records whose Backup is made, found made, or that are skipped).
 	CatalogImporting = "Importing"
 )
 

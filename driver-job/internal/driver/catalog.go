@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"sync"
+	"unique"
 
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -37,7 +40,8 @@ const CatalogCredentialsSecret = "catalog-readonly"
 // driverkit's Catalog, which imports the Backups of other clusters.
 type Catalog struct {
 	Client client.Client
-	// Live reads the credentials Secret uncached: the driver watches no Secret.
+	// Live reads uncached: the credentials Secret (the driver watches no Secret), and a Backup
+	// the catalog writes (its cache holds Backups trimmed).
 	Live     client.Reader
 	Recorder events.EventRecorder
 	Clock    clock.PassiveClock
@@ -52,10 +56,18 @@ type Catalog struct {
 	known map[string]map[string]knownRecord // strategy → record key → what it held at its ETag
 }
 
+// knownRecord is what the catalog keeps of a record it read, at the ETag it read: enough to know,
+// at the next sync, which Backup it makes and whether that Backup is already imported, without
+// reading it again; not the record (a catalog may hold 100,000). The record is read again, at the
+// same ETag, when its Backup must be made or completed.
 type knownRecord struct {
-	etag   string
-	record *backupsv1.ArtifactRecord
-	err    error
+	etag string
+	// skip says why the record is never imported at this ETag (not a valid record, or not of its
+	// key's namespace or artifact); empty for a valid record.
+	skip string
+	// The valid record's identity (driverkit.CatalogEntry).
+	namespace, name, cluster string
+	uid                      types.UID
 }
 
 // SetupWithManager registers the catalog controller. Only spec changes wake it (and its own
@@ -105,7 +117,8 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, pro
 	if err != nil {
 		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf("the catalog's endpoint: %w", err)
 	}
-	entries, skipped, failed, err := c.read(ctx, s3, strat.Name, src, progress)
+	// Streamed: of the listing, only the records and whether each has its artifact are kept.
+	records, withArtifact, err := listRecords(ctx, s3, src.Bucket, src.Prefix)
 	if err != nil {
 		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogUnreadable, err
 	}
@@ -113,7 +126,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, pro
 	if err != nil {
 		return driverkit.CatalogResult{}, "", err
 	}
-	cat := driverkit.Catalog{Client: c.Client, Driver: names.DriverName, Name: strat.Name,
+	cat := driverkit.Catalog{Client: c.Client, Live: c.Live, Driver: names.DriverName, Name: strat.Name,
 		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
 		NamespaceMapping: map[string]string{}, Progress: progress}
 	for from, to := range src.NamespaceMapping {
@@ -136,107 +149,138 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, pro
 		}
 		return out
 	}
-	res, err := cat.Sync(ctx, self, entries, failed == 0)
+	res, err := cat.Sync(ctx, self, len(records), c.records(ctx, s3, strat.Name, src.Bucket, records, withArtifact))
 	if err != nil {
 		return res, "", err
 	}
-	for k, v := range skipped {
-		res.Skipped[k] = v
-	}
-	res.Records += len(skipped) + failed
-	if failed > 0 {
-		return res, backupsv1.ReasonCatalogUnreadable, fmt.Errorf("%d of %d record(s) in s3://%s/%s could not be read (the driver's log names them); the others were imported, and no imported Backup was removed", failed, res.Records, src.Bucket, src.Prefix)
+	if res.Unreadable > 0 {
+		return res, backupsv1.ReasonCatalogUnreadable, fmt.Errorf("%d of %d record(s) in s3://%s/%s could not be read (the driver's log names them); the others were imported, and no imported Backup was removed", res.Unreadable, res.Records, src.Bucket, src.Prefix)
 	}
 	return res, "", nil
 }
 
-// read lists the bucket under the prefix and returns the valid records whose artifact is beside
-// them, the reasons the others are skipped, and how many records could not be read.
-func (c *Catalog) read(ctx context.Context, s3 *minio.Client, strategy string, src *jobapi.CatalogSource, progress driverkit.Progress) ([]driverkit.CatalogEntry, map[string]string, int, error) {
-	if progress == nil {
-		progress = func(string, int, int) {}
-	}
-	// Streamed: of the listing, only the records and whether each has its artifact are kept.
-	records, withArtifact, err := listRecords(ctx, s3, src.Bucket, src.Prefix)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	c.mu.Lock()
-	if c.known == nil {
-		c.known = map[string]map[string]knownRecord{}
-	}
-	known := c.known[strategy]
-	c.mu.Unlock()
-	next := map[string]knownRecord{}
-	var todo []string
-	for k, etag := range records {
-		if kr, ok := known[k]; ok && kr.etag == etag {
-			next[k] = kr
-			continue
+// records yields the entries of the records listed (key → ETag), in key order: from what the
+// catalog knows of a record at its ETag, or else read, ReadThreads at once, as the catalog imports
+// those yielded before. What it read is known at the next sync.
+func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucket string, records map[string]string, withArtifact map[string]bool) driverkit.CatalogRecords {
+	return func(yield func(driverkit.CatalogEntry) bool) {
+		keys := make([]string, 0, len(records))
+		for k := range records {
+			keys = append(keys, k)
 		}
-		todo = append(todo, k)
-	}
-	// Read what is new, a few at once.
-	threads := c.ReadThreads
-	if threads <= 0 {
-		threads = 8
-	}
-	var mu sync.Mutex
-	failed, read := 0, 0
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range min(threads, max(len(todo), 1)) {
+		sort.Strings(keys)
+		c.mu.Lock()
+		if c.known == nil {
+			c.known = map[string]map[string]knownRecord{}
+		}
+		known := c.known[strategy]
+		c.mu.Unlock()
+		var mu sync.Mutex
+		next := make(map[string]knownRecord, len(keys))
+		remember := func(k string, kr knownRecord) {
+			mu.Lock()
+			next[k] = kr
+			mu.Unlock()
+		}
+		defer func() {
+			c.mu.Lock()
+			c.known[strategy] = next
+			c.mu.Unlock()
+		}()
+
+		// Each key gets a slot, in order; a slot is filled from memory or by a reader, and the
+		// slots are yielded in order. At most window records are read ahead of the catalog.
+		threads := c.ReadThreads
+		if threads <= 0 {
+			threads = 8
+		}
+		type read struct {
+			key  string
+			slot chan driverkit.CatalogEntry
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		slots := make(chan chan driverkit.CatalogEntry, 4*threads)
+		work := make(chan read)
+		for range threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for rd := range work {
+					kr, r, err := readRecord(ctx, s3, bucket, rd.key, records[rd.key])
+					if err != nil {
+						rd.slot <- driverkit.CatalogEntry{Location: agent.ArtifactURI(bucket, rd.key), Unreadable: err}
+						continue
+					}
+					remember(rd.key, kr)
+					e := c.entry(s3, bucket, rd.key, kr, withArtifact[rd.key])
+					if e.Skip == "" && e.Unreadable == nil {
+						e.Record = r
+					}
+					rd.slot <- e
+				}
+			}()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := range work {
-				kr, readErr := readRecord(ctx, s3, src.Bucket, k, records[k])
-				mu.Lock()
-				if readErr != nil {
-					failed++
-					ctrl.LoggerFrom(ctx).Info("Reading a record failed", "record", agent.ArtifactURI(src.Bucket, k), "error", readErr.Error())
-				} else {
-					next[k] = kr
+			defer close(slots)
+			defer close(work)
+			for _, k := range keys {
+				slot := make(chan driverkit.CatalogEntry, 1)
+				select {
+				case slots <- slot:
+				case <-ctx.Done():
+					return
 				}
-				read++
-				n := read
-				mu.Unlock()
-				progress(backupsv1.CatalogReading, n, len(todo))
+				if kr, ok := known[k]; ok && kr.etag == records[k] {
+					remember(k, kr)
+					slot <- c.entry(s3, bucket, k, kr, withArtifact[k])
+					continue
+				}
+				select {
+				case work <- read{k, slot}:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}()
-	}
-	for _, k := range todo {
-		work <- k
-	}
-	close(work)
-	wg.Wait()
-	c.mu.Lock()
-	c.known[strategy] = next
-	c.mu.Unlock()
-
-	var entries []driverkit.CatalogEntry
-	skipped := map[string]string{}
-	for k, kr := range next {
-		loc := agent.ArtifactURI(src.Bucket, k)
-		artifactKey := strings.TrimSuffix(k, jobapi.RecordSuffix)
-		switch {
-		case kr.err != nil:
-			skipped[loc] = kr.err.Error()
-		case !beside(kr.record.Artifact.URI, src.Bucket, artifactKey):
-			skipped[loc] = fmt.Sprintf("the record names the artifact %s, not the object beside it (%s)", kr.record.Artifact.URI, agent.ArtifactURI(src.Bucket, artifactKey))
-		case jobapi.FirstSegment(k) != kr.record.Namespace:
-			// A record maps to the namespace of the first segment of its key under the bucket,
-			// whatever the catalog's prefix: whoever may write below one namespace's segment
-			// cannot plant Backups in another's, nor take the name of another's genuine record.
-			skipped[loc] = fmt.Sprintf("the record says namespace %s, but its key is below %s/, not %s/: a record is imported only from below its own namespace (s3://%s/<namespace>/...)",
-				kr.record.Namespace, jobapi.FirstSegment(k), kr.record.Namespace, src.Bucket)
-		case !withArtifact[k]:
-			skipped[loc] = "its artifact " + agent.ArtifactURI(src.Bucket, artifactKey) + " is gone (a cleanup left the record)"
-		default:
-			entries = append(entries, driverkit.CatalogEntry{Record: kr.record, Location: loc})
+		for slot := range slots {
+			select {
+			case e := <-slot:
+				if !yield(e) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
-	return entries, skipped, failed, nil
+}
+
+// entry is the catalog entry of the record at key, as kr says (Load reads it again at kr's ETag),
+// or the reason it is skipped.
+func (c *Catalog) entry(s3 *minio.Client, bucket, key string, kr knownRecord, withArtifact bool) driverkit.CatalogEntry {
+	loc := agent.ArtifactURI(bucket, key)
+	switch {
+	case kr.skip != "":
+		return driverkit.CatalogEntry{Location: loc, Skip: kr.skip}
+	case !withArtifact:
+		return driverkit.CatalogEntry{Location: loc, Skip: "its artifact " + agent.ArtifactURI(bucket, strings.TrimSuffix(key, jobapi.RecordSuffix)) + " is gone (a cleanup left the record)"}
+	}
+	return driverkit.CatalogEntry{Location: loc, Namespace: kr.namespace, Name: kr.name, SourceCluster: kr.cluster, UID: kr.uid,
+		Load: func(ctx context.Context) (*backupsv1.ArtifactRecord, error) {
+			again, r, err := readRecord(ctx, s3, bucket, key, kr.etag)
+			if err != nil {
+				return nil, err
+			}
+			if again.skip != "" {
+				return nil, fmt.Errorf("the record no longer is what was read at ETag %s: %s", kr.etag, again.skip)
+			}
+			return r, nil
+		}}
 }
 
 // beside reports whether a record's artifact URI names the object key in bucket, read by the one
@@ -246,18 +290,42 @@ func beside(uri, bucket, key string) bool {
 	return err == nil && b == bucket && k == key
 }
 
-// readRecord reads and parses one record. A record that is not valid is remembered as such (at
-// its ETag), so it is not read again until it changes; a read that failed is an error.
-func readRecord(ctx context.Context, s3 *minio.Client, bucket, key, etag string) (knownRecord, error) {
-	obj, err := s3.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+// readRecord reads and parses the record at key, at ETag etag only (the store refuses the read if
+// the record changed since it was listed), and checks it against its key. A record that is not
+// valid, or not of its key, is remembered as such (at its ETag), so it is not read again until it
+// changes; a read that failed is an error.
+func readRecord(ctx context.Context, s3 *minio.Client, bucket, key, etag string) (knownRecord, *backupsv1.ArtifactRecord, error) {
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetMatchETag(etag); err != nil {
+		return knownRecord{}, nil, err
+	}
+	obj, err := s3.GetObject(ctx, bucket, key, opts)
 	if err != nil {
-		return knownRecord{}, err
+		return knownRecord{}, nil, err
 	}
 	defer obj.Close()
 	data, err := io.ReadAll(io.LimitReader(obj, backupsv1.MaxRecordBytes+1))
 	if err != nil {
-		return knownRecord{}, err
+		return knownRecord{}, nil, err
 	}
 	r, perr := backupsv1.ParseArtifactRecord(data)
-	return knownRecord{etag: etag, record: r, err: perr}, nil
+	kr := knownRecord{etag: etag}
+	artifactKey := strings.TrimSuffix(key, jobapi.RecordSuffix)
+	switch {
+	case perr != nil:
+		kr.skip = perr.Error()
+	case !beside(r.Artifact.URI, bucket, artifactKey):
+		kr.skip = fmt.Sprintf("the record names the artifact %s, not the object beside it (%s)", r.Artifact.URI, agent.ArtifactURI(bucket, artifactKey))
+	case jobapi.FirstSegment(key) != r.Namespace:
+		// A record maps to the namespace of the first segment of its key under the bucket,
+		// whatever the catalog's prefix: whoever may write below one namespace's segment cannot
+		// plant Backups in another's, nor take the name of another's genuine record.
+		kr.skip = fmt.Sprintf("the record says namespace %s, but its key is below %s/, not %s/: a record is imported only from below its own namespace (s3://%s/<namespace>/...)",
+			r.Namespace, jobapi.FirstSegment(key), r.Namespace, bucket)
+	default:
+		// Interned: the records of a catalog share a few clusters and namespaces.
+		kr.namespace, kr.name, kr.cluster, kr.uid = unique.Make(r.Namespace).Value(), r.Name, unique.Make(r.SourceCluster.ID).Value(), r.UID
+		return kr, r, nil
+	}
+	return kr, nil, nil
 }

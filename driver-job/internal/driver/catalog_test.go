@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -415,4 +419,164 @@ func TestCatalogSyncReportsProgress(t *testing.T) {
 	assert.Nil(t, strat.Status.Catalog.Syncing, "no progress once the sync ended")
 	assert.Equal(t, int32(n), strat.Status.Catalog.Created)
 	assert.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(strat.Status.Conditions, backupsv1.ConditionCatalogSynced).Status)
+}
+
+// recordGets is a proxy to the tests' MinIO that counts the reads (GETs) of records.
+type recordGets struct {
+	n        atomic.Int64
+	endpoint string
+}
+
+func countRecordGets(t *testing.T) *recordGets {
+	t.Helper()
+	target, err := url.Parse("http://" + s3(t).S3Endpoint)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target) // the Host header stays the one the client signed
+	g := &recordGets{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, jobapi.RecordSuffix) {
+			g.n.Add(1)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	g.endpoint = "http://" + srv.Listener.Addr().String()
+	return g
+}
+
+// The catalog keeps, of each record it read, its ETag and identity, not the record: a sync reads
+// only the records that changed, and those whose Backup must be made or completed (read again at
+// the ETag it knows).
+func TestCatalogReadsOnlyTheRecordsItMustImport(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil)
+	stack := s3(t)
+	gets := countRecordGets(t)
+	bucket := strings.ToLower(f.ns) + "-reads"
+	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+	driverNS := driverNamespace(t)
+	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: gets.endpoint, Bucket: bucket, CredentialsSecretName: "catalog-creds", Parameters: map[string]string{"bucket": bucket}}
+	require.NoError(t, cl.Update(ctx, f.strategy))
+	recs := map[string]*backupsv1.ArtifactRecord{}
+	for _, name := range []string{"nightly-01", "nightly-02", "nightly-03"} {
+		recs[name] = foreignRecord(f.ns, name, bucket, f.ns+"/web/"+name+".tar")
+		putRecord(t, bucket, recs[name], true)
+	}
+	kit := driver.New(&driver.Driver{Client: cl, Live: cl, Scheme: sch, Recorder: f.rec}, f.clock)
+	cat := &driver.Catalog{Client: cl, Live: cl, Recorder: f.rec, Clock: f.clock, Namespace: driverNS.Name, Kit: kit}
+	sync := func() backupsv1.CatalogStatus {
+		t.Helper()
+		gets.n.Store(0)
+		_, err := cat.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Name: f.strategy.Name}})
+		require.NoError(t, err)
+		strat := &jobapi.JobBackupStrategy{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(f.strategy), strat))
+		require.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(strat.Status.Conditions, backupsv1.ConditionCatalogSynced).Status)
+		st := *strat.Status.Catalog
+		st.LastSyncTime = nil
+		return st
+	}
+
+	require.Equal(t, backupsv1.CatalogStatus{Records: 3, Imported: 3, Created: 3}, sync())
+	require.Equal(t, int64(3), gets.n.Load(), "the first sync reads each record once")
+	require.Equal(t, backupsv1.CatalogStatus{Records: 3, Imported: 3}, sync())
+	require.Zero(t, gets.n.Load(), "nothing changed: no record is read")
+
+	// nightly-01's Backup deleted by hand, nightly-02's left without its status (a crash): both
+	// records are read again, and nothing else.
+	require.NoError(t, cl.Delete(ctx, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "nightly-01"}}))
+	b := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "nightly-02"}, b))
+	b.Status = backupsv1.BackupStatus{}
+	require.NoError(t, cl.Status().Update(ctx, b))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "nightly-01"}, &backupsv1.Backup{}))
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, backupsv1.CatalogStatus{Records: 3, Imported: 3, Created: 1}, sync())
+	require.Equal(t, int64(2), gets.n.Load(), "the records of the Backups to make or complete are read again, the third not")
+	for _, name := range []string{"nightly-01", "nightly-02"} {
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, b))
+		require.Equal(t, backupsv1.BackupReady, b.Status.Phase, name)
+		require.Equal(t, recs[name].Artifact, *b.Status.Artifact, name)
+	}
+
+	// A changed record is read at its new ETag.
+	recs["nightly-03"].Labels[backupsv1.LabelPlan] = "weekly"
+	putRecord(t, bucket, recs["nightly-03"], false)
+	require.Equal(t, backupsv1.CatalogStatus{Records: 3, Imported: 3}, sync())
+	require.Equal(t, int64(1), gets.n.Load())
+}
+
+// A record is imported only as it was at the ETag the catalog decided on: one that changed between
+// the listing and its read is not imported in that sync (its read fails, the sync is incomplete),
+// and is imported, as it now is, by the next.
+func TestCatalogImportsARecordOnlyAtTheETagItListed(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, nil)
+	stack := s3(t)
+	bucket := strings.ToLower(f.ns) + "-etag"
+	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}))
+	driverNS := driverNamespace(t)
+	later := f.ns + "-later" // the namespace the record is imported into, created after the first sync
+	f.strategy.Spec.Catalog = &jobapi.CatalogSource{Endpoint: "http://" + stack.S3Endpoint, Bucket: bucket, CredentialsSecretName: "catalog-creds",
+		NamespaceMapping: map[string]backupsv1.NamespaceName{f.ns: backupsv1.NamespaceName(later)}, Parameters: map[string]string{"bucket": bucket}}
+	require.NoError(t, cl.Update(ctx, f.strategy))
+	r := foreignRecord(f.ns, "nightly-01", bucket, f.ns+"/web/nightly-01.tar")
+	putRecord(t, bucket, r, true)
+
+	// The record is rewritten once the bucket is listed (the catalog lists the Backups then).
+	var rewrite atomic.Pointer[backupsv1.ArtifactRecord]
+	racing := interceptor.NewClient(cl.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*backupsv1.BackupList); ok {
+				if changed := rewrite.Swap(nil); changed != nil {
+					putRecord(t, bucket, changed, false)
+				}
+			}
+			return c.List(ctx, list, opts...)
+		}})
+	kit := driver.New(&driver.Driver{Client: cl, Live: cl, Scheme: sch, Recorder: f.rec}, f.clock)
+	cat := &driver.Catalog{Client: racing, Live: cl, Recorder: f.rec, Clock: f.clock, Namespace: driverNS.Name, Kit: kit}
+	req := reconcile.Request{NamespacedName: client.ObjectKey{Name: f.strategy.Name}}
+	synced := func() *metav1.Condition {
+		t.Helper()
+		_, err := cat.Reconcile(ctx, req)
+		require.NoError(t, err)
+		strat := &jobapi.JobBackupStrategy{}
+		require.NoError(t, cl.Get(ctx, req.NamespacedName, strat))
+		return meta.FindStatusCondition(strat.Status.Conditions, backupsv1.ConditionCatalogSynced)
+	}
+	imported := func() *backupsv1.Backup {
+		b := &backupsv1.Backup{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: later, Name: "nightly-01"}, b); apierrors.IsNotFound(err) {
+			return nil
+		} else {
+			require.NoError(t, err)
+		}
+		return b
+	}
+
+	// Read, and not imported: its namespace does not exist yet. The catalog knows it now.
+	require.Contains(t, synced().Message, later+" does not exist")
+	require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: later}}))
+
+	// Its Backup must be made now, from the record the catalog knows; the record changes first.
+	changed := foreignRecord(f.ns, "nightly-01", bucket, f.ns+"/web/nightly-01.tar")
+	changed.Artifact.SizeBytes = 666
+	changed.Spec.PlanRef = &corev1.LocalObjectReference{Name: "planted"}
+	rewrite.Store(changed)
+	cond := synced()
+	require.Nil(t, rewrite.Load(), "the record was rewritten during the sync")
+	require.Equal(t, metav1.ConditionFalse, cond.Status, cond.Message)
+	require.Equal(t, backupsv1.ReasonCatalogUnreadable, cond.Reason)
+	require.Contains(t, cond.Message, "1 of 1 record(s)")
+	require.Nil(t, imported(), "nothing is imported from a record that is not the one listed")
+
+	// The next sync lists the record as it now is, and imports that.
+	cond = synced()
+	require.Equal(t, metav1.ConditionTrue, cond.Status, cond.Message)
+	b := imported()
+	require.NotNil(t, b)
+	require.Equal(t, changed.Artifact, *b.Status.Artifact)
+	require.Equal(t, "planted", b.Spec.PlanRef.Name)
 }

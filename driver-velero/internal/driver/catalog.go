@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 
@@ -164,38 +165,51 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy, progress driverkit.P
 		}
 	}
 	failed := c.measureAll(ctx, toMeasure)
-	valid := entries[:0]
+	all := make([]driverkit.CatalogEntry, 0, len(entries)+len(skipped))
 	for _, e := range entries {
-		if e.Record.SourceCluster.ID == self.ID {
-			valid = append(valid, e)
+		switch {
+		case e.Record.SourceCluster.ID == self.ID:
+		case failed[e.Location] != nil:
+			all = append(all, driverkit.CatalogEntry{Location: e.Location, Unreadable: failed[e.Location]})
 			continue
+		case e.Record.Artifact.Checksum == "":
+			continue // not measured, and no error: cannot be (measureAll)
+		default:
+			if err := e.Record.Validate(); err != nil {
+				skipped[e.Location] = err.Error()
+				continue
+			}
 		}
-		if e.Record.Artifact.Checksum == "" {
-			continue // not measured: counted in failed
-		}
-		if err := e.Record.Validate(); err != nil {
-			skipped[e.Location] = err.Error()
-			continue
-		}
-		valid = append(valid, e)
+		all = append(all, driverkit.EntryOf(e.Record, e.Location))
 	}
-	cat := driverkit.Catalog{Client: d.Client, Driver: names.DriverName, Name: strat.Name, Finalizer: names.Finalizer,
+	for loc, why := range skipped {
+		all = append(all, driverkit.CatalogEntry{Location: loc, Skip: why})
+	}
+	sort.Slice(all, func(i, k int) bool { return all[i].Location < all[k].Location })
+	cat := driverkit.Catalog{Client: d.Client, Live: d.Live, Driver: names.DriverName, Name: strat.Name, Finalizer: names.Finalizer,
 		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: strat.Name},
 		NamespaceMapping: map[string]string{}, Progress: progress}
 	for from, to := range src.NamespaceMapping {
 		cat.NamespaceMapping[from] = string(to)
 	}
-	res, err := cat.Sync(ctx, self, valid, len(failed) == 0)
+	res, err := cat.Sync(ctx, self, len(all), func(yield func(driverkit.CatalogEntry) bool) {
+		for _, e := range all {
+			if !yield(e) {
+				return
+			}
+		}
+	})
 	if err != nil {
 		return res, "", err
 	}
-	for k, v := range skipped {
-		res.Skipped[k] = v
-	}
-	res.Records += len(skipped) + len(failed)
-	if len(failed) > 0 {
+	if res.Unreadable > 0 {
+		var which []string
+		for loc, err := range failed {
+			which = append(which, fmt.Sprintf("%s: %v", loc, err))
+		}
+		sort.Strings(which)
 		return res, backupsv1.ReasonCatalogUnreadable, fmt.Errorf("%d of %d Velero backup tarball(s) could not be measured (%s); the others were imported, and no imported Backup was removed",
-			len(failed), res.Records, strings.Join(failed[:min(len(failed), 3)], "; "))
+			res.Unreadable, res.Records, strings.Join(which[:min(len(which), 3)], "; "))
 	}
 	return res, "", nil
 }
@@ -207,15 +221,15 @@ type measurement struct {
 }
 
 // measureAll measures the tarballs of todo, MeasureThreads at once, and fills in the artifacts of
-// their records; it returns what failed.
-func (c *Catalog) measureAll(ctx context.Context, todo []measurement) []string {
+// their records; it returns what failed, by record location.
+func (c *Catalog) measureAll(ctx context.Context, todo []measurement) map[string]error {
 	threads := c.MeasureThreads
 	if threads <= 0 {
 		threads = DefaultMeasureThreads
 	}
 	var (
 		mu     sync.Mutex
-		failed []string
+		failed = map[string]error{}
 		wg     sync.WaitGroup
 	)
 	work := make(chan measurement)
@@ -228,7 +242,7 @@ func (c *Catalog) measureAll(ctx context.Context, todo []measurement) []string {
 				_ = download.Cleanup(context.WithoutCancel(ctx), c.Driver.Client, m.vb.Namespace, names.Download(m.vb.Name))
 				if err != nil {
 					mu.Lock()
-					failed = append(failed, fmt.Sprintf("%s: %v", m.entry.Location, err))
+					failed[m.entry.Location] = err
 					mu.Unlock()
 					continue
 				}
