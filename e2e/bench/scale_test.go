@@ -57,7 +57,11 @@ func BenchmarkScale(b *testing.B) {
 }
 
 func scale(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	limit := 45 * time.Minute
+	if scaleVerified { // three more requests per Backup
+		limit = 100 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	root, c, cl, veleroErr := nodelessCluster(ctx, b)
 	if scaleKind == "velero" && veleroErr != nil {
