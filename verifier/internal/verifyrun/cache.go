@@ -9,9 +9,10 @@ import (
 )
 
 // TrimEndedRun cuts an ended run the verifier caches (obj; any other object, and a run in flight,
-// pass unchanged) to what is read of it once it ended: its metadata and spec, and of its status
-// the phase, times, Result, worst severity and the Ready condition's status and reason. The
-// message (up to 32 KiB) and the other conditions are dropped: a policy keeps one run per
+// pass unchanged) to what is read of it once it ended: its metadata (of the labels, the policy's
+// and the Backup UID's) and spec, and of its status the phase, times, Result, worst severity and
+// the Ready condition's status and reason; repeated strings are shared (cachetrim.Intern). The
+// message (up to 32 KiB), the other conditions and labels are dropped: a policy keeps one run per
 // verified Backup, so at 100,000 Backups the ended runs are most of what the verifier holds.
 // Nothing writes an ended run but its deletion; the verdict controller reads the run whole,
 // uncached, when it has a verdict to record (VerdictReconciler).
@@ -29,4 +30,23 @@ func TrimEndedRun(obj any) {
 	}
 	run.Status = kept
 	run.Namespace = cachetrim.Intern(run.Namespace)
+	// Of the labels, those an ended run is found and judged by: its policy (the policy's
+	// watch and its list of ended runs) and its Backup's UID (prune, the verdict).
+	var labels map[string]string
+	for _, k := range []string{securityv1.LabelPolicy, securityv1.LabelBackupUID} {
+		if v, ok := run.Labels[k]; ok {
+			if labels == nil {
+				labels = make(map[string]string, 2)
+			}
+			labels[k] = v
+		}
+	}
+	if p, ok := labels[securityv1.LabelPolicy]; ok {
+		labels[securityv1.LabelPolicy] = cachetrim.Intern(p)
+	}
+	run.Labels = labels
+	sp := &run.Spec
+	sp.Backend = securityv1.Backend(cachetrim.Intern(string(sp.Backend)))
+	sp.Mode = securityv1.Mode(cachetrim.Intern(string(sp.Mode)))
+	sp.BackupRef.Namespace = cachetrim.Intern(sp.BackupRef.Namespace)
 }

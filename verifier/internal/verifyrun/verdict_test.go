@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -29,7 +30,8 @@ import (
 )
 
 var (
-	cl client.WithWatch
+	cl         client.WithWatch
+	restConfig *rest.Config
 	// v0 is the tests' time: whole seconds, as the API server keeps them.
 	v0 = time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 )
@@ -44,6 +46,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = c.Stop() }()
+	restConfig = c.Config
 	if cl, err = client.NewWithWatch(c.Config, client.Options{Scheme: cluster.Scheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
