@@ -15,8 +15,8 @@ import (
 
 // scaleVerified (COFFER_BENCH_SCALE_VERIFIED=1) makes every Backup of BenchmarkScale one a
 // checksum-only BackupVerifyPolicy verified, as the verifier leaves it: the policy (created before
-// the Backups, so it covers them all), and per Backup its ended run, the run's Result and the
-// verdict on the Backup. Three more requests per Backup.
+// the Backups, so it covers them all), and per Backup its ended run (settled: the verdict is on
+// the Backup), the run's Result and the verdict on the Backup. Three more requests per Backup.
 var scaleVerified = envInt("COFFER_BENCH_SCALE_VERIFIED", 0) == 1
 
 // scalePolicy is the policy of a verified scale: every Plan of every namespace, checksum-only.
@@ -32,7 +32,8 @@ func createScalePolicy(ctx context.Context, cl client.Client) error {
 func verifyScaleBackup(ctx context.Context, cl client.Client, b *backupsv1.Backup) error {
 	run := &securityv1.BackupVerifyRun{
 		ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: securityv1.PolicyRunName(b, securityv1.ModeChecksumOnly), Labels: map[string]string{
-			securityv1.LabelPolicy: scalePolicy, securityv1.LabelBackupUID: string(b.UID), securityv1.LabelPlan: b.Spec.PlanRef.Name}},
+			securityv1.LabelPolicy: scalePolicy, securityv1.LabelBackupUID: string(b.UID), securityv1.LabelPlan: b.Spec.PlanRef.Name,
+			securityv1.LabelSettled: "true"}},
 		Spec: securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, Mode: securityv1.ModeChecksumOnly,
 			BackupRef: securityv1.BackupRef{Name: b.Name, Namespace: b.Namespace}},
 	}

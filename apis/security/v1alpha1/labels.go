@@ -13,6 +13,10 @@ const (
 	LabelBackupUID = Group + "/backup-uid"
 	// LabelPlan on a policy's run names the Plan of the Backup it verifies.
 	LabelPlan = Group + "/plan"
+	// LabelSettled ("true") on a policy's ended coffer run says that its Backup records the run's
+	// verdict (or a newer one): nothing reads the run again but its pruning, so the verifier
+	// caches it no longer (a policy keeps one run per verified Backup).
+	LabelSettled = Group + "/settled"
 	// LabelChecksumTrust marks the ConfigMaps, in the verifier's own namespace, that hold the
 	// checksum first computed for a Velero backup nothing was recorded for (trust on first use).
 	LabelChecksumTrust = Group + "/checksum-trust"

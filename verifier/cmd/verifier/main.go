@@ -137,7 +137,10 @@ func run(ctx context.Context, o options) error {
 		// The process exits as soon as the manager stops, so a stopping leader may hand the Lease
 		// back at once (a rolling update needs no lease duration to pass).
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup, verifyrun.TrimEndedRun)},
+		Cache: cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup, verifyrun.TrimEndedRun),
+			// Settled runs (a policy's runs whose verdict is on their Backup) are not cached: a
+			// policy keeps one per verified Backup, and nothing reads them but their pruning.
+			ByObject: map[client.Object]cache.ByObject{&securityv1.BackupVerifyRun{}: {Label: verifyrun.Unsettled()}}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -204,7 +207,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if o.runTTL > 0 {
-		if err := mgr.Add(&policy.HistoryPruner{Client: mgr.GetClient(), Clock: clock.RealClock{}, TTL: o.runTTL}); err != nil {
+		if err := mgr.Add(&policy.HistoryPruner{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: clock.RealClock{}, TTL: o.runTTL}); err != nil {
 			return err
 		}
 	}
@@ -224,6 +227,8 @@ func run(ctx context.Context, o options) error {
 		coffer = false
 		ctrl.Log.Info("Coffer's CRDs (backups.cozystack.io) are not installed: coffer BackupVerifyPolicies are not acted on and no verdict is recorded; restart the verifier once they are")
 	} else if err := (&verifyrun.VerdictReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return err
+	} else if err := (&policy.RunPruner{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	pr := &policy.Reconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Recorder: mgr.GetEventRecorder("ugallu-backup-verify"),

@@ -12,7 +12,7 @@ import (
 // to what policies read of it: its name, namespace, UID, creation and deletion, spec.planRef and
 // takenAt, status.phase (the repeated strings interned, cachetrim.Intern), whether
 // status.artifact is set (an empty artifact stands for one; its URI and checksum are dropped), and
-// of each verdict its result, time and Result (trimVerdict).
+// of each verdict its result and time (trimVerdict).
 // The verifier watches every Backup of the cluster for its policies, so what it drops (labels, annotations, the application and strategy, driver metadata,
 // conditions, verdicts' messages, the driver's record) is most of what it would hold (docs/benchmarks.md,
 // "Scale"). Whatever else the verifier reads of a Backup it reads uncached: a run's Backup, and
@@ -40,16 +40,12 @@ func TrimCachedBackup(obj any) {
 	*b = kept
 }
 
-// trimVerdict keeps of a verdict its result, time and Result: whether a Backup was verified in a
-// mode (a policy makes no run for it) and whether a run's verdict is already recorded (the
-// verdict controller writes nothing).
+// trimVerdict keeps of a verdict its result and time: whether a Backup was verified in a mode (a
+// policy makes no run for it) and whether an ended run's verdict is older than the recorded one
+// (the verdict controller reads nothing live for it).
 func trimVerdict(v *backupsv1.VerificationVerdict) *backupsv1.VerificationVerdict {
 	if v == nil {
 		return nil
 	}
-	kept := &backupsv1.VerificationVerdict{Result: backupsv1.VerificationResult(cachetrim.Intern(string(v.Result))), Time: v.Time}
-	if ref := v.ResultRef; ref != nil {
-		kept.ResultRef = &backupsv1.VerificationResultRef{Namespace: cachetrim.Intern(ref.Namespace), Name: ref.Name}
-	}
-	return kept
+	return &backupsv1.VerificationVerdict{Result: backupsv1.VerificationResult(cachetrim.Intern(string(v.Result))), Time: v.Time}
 }

@@ -26,8 +26,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -508,7 +511,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("backupverifypolicy").
 		For(&securityv1.BackupVerifyPolicy{}).
-		Watches(&securityv1.BackupVerifyRun{}, ofRun)
+		// An ended run that leaves the cache (settled, or deleted) changes nothing a policy counts.
+		Watches(&securityv1.BackupVerifyRun{}, ofRun, builder.WithPredicates(predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
+			run, ok := e.Object.(*securityv1.BackupVerifyRun)
+			return !ok || !run.Status.Phase.IsTerminal()
+		}}))
 	if r.Coffer {
 		b = b.Watches(&backupsv1.Backup{}, all).Watches(&backupsv1.Plan{}, all)
 	}

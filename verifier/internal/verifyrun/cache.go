@@ -9,13 +9,14 @@ import (
 )
 
 // TrimEndedRun cuts an ended run the verifier caches (obj; any other object, and a run in flight,
-// pass unchanged) to what is read of it once it ended: its metadata (of the labels, the policy's
-// and the Backup UID's) and spec, and of its status the phase, times, Result, worst severity and
-// the Ready condition's status and reason; repeated strings are shared (cachetrim.Intern). The
-// message (up to 32 KiB), the other conditions and labels are dropped: a policy keeps one run per
-// verified Backup, so at 100,000 Backups the ended runs are most of what the verifier holds.
-// Nothing writes an ended run but its deletion; the verdict controller reads the run whole,
-// uncached, when it has a verdict to record (VerdictReconciler).
+// pass unchanged) to what is read of it once it ended: its metadata (of the labels, the policy's,
+// the Backup UID's and LabelSettled) and spec, and of its status the phase, times, Result, worst
+// severity and the Ready condition's status and reason; repeated strings are shared
+// (cachetrim.Intern). The message (up to 32 KiB), the other conditions and labels are dropped.
+// The runs cached ended are those not settled (made by hand, of another backend, or whose verdict
+// is not on their Backup yet): a settled run is not cached at all (verifyrun.Unsettled). Nothing
+// writes an ended run but its settling and its deletion; the verdict controller reads the run
+// whole, uncached, when it has a verdict to record (VerdictReconciler).
 func TrimEndedRun(obj any) {
 	run, ok := obj.(*securityv1.BackupVerifyRun)
 	if !ok || !run.Status.Phase.IsTerminal() {
@@ -31,12 +32,13 @@ func TrimEndedRun(obj any) {
 	run.Status = kept
 	run.Namespace = cachetrim.Intern(run.Namespace)
 	// Of the labels, those an ended run is found and judged by: its policy (the policy's
-	// watch and its list of ended runs) and its Backup's UID (prune, the verdict).
+	// watch and its list of ended runs), its Backup's UID (prune, the verdict) and whether it is
+	// settled.
 	var labels map[string]string
-	for _, k := range []string{securityv1.LabelPolicy, securityv1.LabelBackupUID} {
+	for _, k := range []string{securityv1.LabelPolicy, securityv1.LabelBackupUID, securityv1.LabelSettled} {
 		if v, ok := run.Labels[k]; ok {
 			if labels == nil {
-				labels = make(map[string]string, 2)
+				labels = make(map[string]string, 3)
 			}
 			labels[k] = v
 		}

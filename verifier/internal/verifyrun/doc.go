@@ -23,7 +23,7 @@ package verifyrun
 // Role of deploy/verifier/velero (by name, in Velero's namespace). The leader-election Lease and
 // its core/v1 events are the namespaced Role's (deploy/verifier/rbac/leader_election_role.yaml).
 //
-// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns,verbs=get;list;watch
+// +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyresults,verbs=get
 // +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyruns/status,verbs=patch
 // +kubebuilder:rbac:groups=security.ugallu.io,resources=backupverifyresults,verbs=create;delete

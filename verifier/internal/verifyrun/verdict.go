@@ -8,12 +8,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -47,11 +51,14 @@ func (r *VerdictReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, run); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !endedWithVerdict(run) {
-		return reconcile.Result{}, nil
+	if !endedWithVerdict(run) || run.Labels[securityv1.LabelSettled] != "" {
+		return reconcile.Result{}, nil // no verdict, or its verdict is on the Backup
 	}
 	if done, err := r.recorded(ctx, run); err != nil || done {
-		return reconcile.Result{}, err
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, r.settle(ctx, run)
 	}
 	if err := r.reader().Get(ctx, req.NamespacedName, run); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -68,7 +75,36 @@ func (r *VerdictReconciler) Reconcile(ctx context.Context, req reconcile.Request
 		return reconcile.Result{}, nil
 	}
 	ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady)
-	return reconcile.Result{}, recordVerdict(ctx, r.reader(), r.Client, run, res, ready.Reason, run.Status.Message, *run.Status.CompletionTime)
+	if done, err := recordVerdict(ctx, r.reader(), r.Client, run, res, ready.Reason, run.Status.Message, *run.Status.CompletionTime); err != nil || !done {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.settle(ctx, run)
+}
+
+// Unsettled selects the runs the verifier caches: every run but the settled ones (LabelSettled).
+func Unsettled() labels.Selector {
+	req, err := labels.NewRequirement(securityv1.LabelSettled, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err) // a constant key
+	}
+	return labels.NewSelector().Add(*req)
+}
+
+// settle labels a policy's run whose verdict its Backup records (LabelSettled), once: the run
+// leaves the verifier's cache. A run made by hand is not settled.
+func (r *VerdictReconciler) settle(ctx context.Context, run *securityv1.BackupVerifyRun) error {
+	if run.Labels[securityv1.LabelPolicy] == "" || run.Labels[securityv1.LabelSettled] != "" {
+		return nil
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + securityv1.LabelSettled + `":"true"}}}`)
+	if err := r.Client.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("settling run %s: %w", klog.KObj(run), err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Settled the run: its Backup records its verdict", "run", klog.KObj(run))
+	return nil
 }
 
 // endedWithVerdict reports whether run is an ended coffer run that may give its Backup a verdict:
@@ -81,8 +117,9 @@ func endedWithVerdict(run *securityv1.BackupVerifyRun) bool {
 }
 
 // recorded reports whether run's Backup, as cached, already records the run's verdict or a newer
-// one of its mode. A Backup the cache does not hold (or holds under another UID) is looked at
-// live.
+// one of its mode (the cache keeps a verdict's time, not its Result: a verdict of the run's own
+// completion time is looked at live, as is a Backup the cache does not hold, or holds under
+// another UID).
 func (r *VerdictReconciler) recorded(ctx context.Context, run *securityv1.BackupVerifyRun) (bool, error) {
 	b := &backupsv1.Backup{}
 	if err := r.Client.Get(ctx, run.CofferBackup(), b); err != nil {
@@ -114,13 +151,19 @@ func (r *VerdictReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("backupverifyrun-verdict").
-		For(&securityv1.BackupVerifyRun{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			run, ok := o.(*securityv1.BackupVerifyRun)
-			return ok && endedCofferRun(run)
-		}))).
+		For(&securityv1.BackupVerifyRun{}, builder.WithPredicates(ended, predicate.Funcs{
+			// A run leaves the cache when it is settled or deleted: nothing to record then.
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
 		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
 		Complete(r)
 }
+
+// ended passes the events of ended coffer runs.
+var ended = predicate.NewPredicateFuncs(func(o client.Object) bool {
+	run, ok := o.(*securityv1.BackupVerifyRun)
+	return ok && endedCofferRun(run)
+})
 
 // reader is what the Backup a verdict is written on is read with (Reader, else Client).
 func (r *VerdictReconciler) reader() client.Reader {
@@ -135,20 +178,22 @@ func (r *VerdictReconciler) reader() client.Reader {
 // carried out (BackupVerifyFailed) is no verdict and writes nothing; neither does a run whose
 // Backup is gone or was replaced (another UID than the one the run was made for), nor an older
 // verdict than the one recorded. Writing the same verdict twice changes nothing.
-func recordVerdict(ctx context.Context, rd client.Reader, c client.Client, run *securityv1.BackupVerifyRun, res *securityv1.BackupVerifyResult, eventType, msg string, now metav1.Time) error {
+//
+// It reports whether the Backup holds the run's verdict, or a newer one, when it returns.
+func recordVerdict(ctx context.Context, rd client.Reader, c client.Client, run *securityv1.BackupVerifyRun, res *securityv1.BackupVerifyResult, eventType, msg string, now metav1.Time) (bool, error) {
 	if run.Spec.Backend != securityv1.BackendCoffer || eventType == securityv1.EventBackupVerifyFailed || saysNothingOfTheBackup(res) {
-		return nil
+		return false, nil
 	}
 	key := run.CofferBackup()
 	b := &backupsv1.Backup{}
 	if err := rd.Get(ctx, key, b); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("reading Backup %s to record the verdict: %w", key, err)
+		return false, fmt.Errorf("reading Backup %s to record the verdict: %w", key, err)
 	}
 	if uid := run.Labels[securityv1.LabelBackupUID]; uid != "" && uid != string(b.UID) {
-		return nil
+		return false, nil
 	}
 	verdict := &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: now,
 		ResultRef: &backupsv1.VerificationResultRef{Namespace: res.Namespace, Name: res.Name}, Message: backend.Truncate(msg, 1024)}
@@ -164,7 +209,7 @@ func recordVerdict(ctx context.Context, rd client.Reader, c client.Client, run *
 		slot = &b.Status.Verification.FullRestore
 	}
 	if old := *slot; old != nil && (old.ResultRef != nil && *old.ResultRef == *verdict.ResultRef || old.Time.After(now.Time)) {
-		return nil
+		return true, nil
 	}
 	if verdict.Result == backupsv1.VerificationFailed {
 		// Failures in a row of this mode: one is a signal, two confirm it (Backup.VerifyFailureConfirmed).
@@ -180,12 +225,12 @@ func recordVerdict(ctx context.Context, rd client.Reader, c client.Client, run *
 	meta.SetStatusCondition(&b.Status.Conditions, cond)
 	if err := c.Status().Patch(ctx, b, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("recording the verdict on Backup %s: %w", key, err)
+		return false, fmt.Errorf("recording the verdict on Backup %s: %w", key, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Recorded the verdict on the Backup", "backup", klog.KObj(b), "mode", mode(run), "result", verdict.Result, "verified", cond.Reason)
-	return nil
+	return true, nil
 }
 
 // saysNothingOfTheBackup reports whether the result's failure is about the sandbox, not the

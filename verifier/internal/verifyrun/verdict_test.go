@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -166,7 +167,8 @@ func (f *verdictFixture) run(name string, m securityv1.Mode) *securityv1.BackupV
 // "<run>-result").
 func (f *verdictFixture) record(r *VerdictReconciler, run *securityv1.BackupVerifyRun, at time.Time, eventType, msg string) error {
 	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)}}
-	return recordVerdict(f.ctx, r.reader(), r.Client, run, res, eventType, msg, metav1.NewTime(at))
+	_, err := recordVerdict(f.ctx, r.reader(), r.Client, run, res, eventType, msg, metav1.NewTime(at))
+	return err
 }
 
 func (f *verdictFixture) get() *backupsv1.Backup {
@@ -403,7 +405,9 @@ func TestTamperedSandboxIsNoVerdict(t *testing.T) {
 	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)},
 		Spec: securityv1.BackupVerifyResultSpec{Findings: []securityv1.Finding{{Code: securityv1.CodeSandboxTampered, Severity: securityv1.SeverityCritical}}}}
 	rv := f.get().ResourceVersion
-	require.NoError(t, recordVerdict(f.ctx, f.r.reader(), f.r.Client, run, res, securityv1.EventBackupVerifyMismatch, "sandbox tampered", metav1.NewTime(v0)))
+	recorded, err := recordVerdict(f.ctx, f.r.reader(), f.r.Client, run, res, securityv1.EventBackupVerifyMismatch, "sandbox tampered", metav1.NewTime(v0))
+	require.NoError(t, err)
+	assert.False(t, recorded, "a tampered sandbox gives no verdict")
 	b := f.get()
 	assert.Equal(t, rv, b.ResourceVersion, "nothing written")
 	assert.Nil(t, b.Status.Verification)
@@ -417,6 +421,7 @@ func TestEndedRunsAreReadLiveOnlyForANewVerdict(t *testing.T) {
 	f := newVerdictFixture(t)
 	run := f.run("cs-live", securityv1.ModeChecksumOnly)
 	run.UID = ""
+	run.Labels[securityv1.LabelPolicy] = "nightly"
 	require.NoError(t, cl.Create(f.ctx, run))
 	orig := run.DeepCopy()
 	done := metav1.NewTime(v0)
@@ -462,11 +467,18 @@ func TestEndedRunsAreReadLiveOnlyForANewVerdict(t *testing.T) {
 		ResultRef: &backupsv1.VerificationResultRef{Namespace: run.Namespace, Name: resultName(run)},
 		Message:   "Verification succeeded: 42 bytes match the recorded SHA-256"}, b.Status.Verification.Checksum)
 
+	settled := &securityv1.BackupVerifyRun{}
+	require.NoError(t, cl.Get(f.ctx, req.NamespacedName, settled))
+	assert.Equal(t, "true", settled.Labels[securityv1.LabelSettled], "a policy's run whose verdict is recorded is settled: it leaves the cache")
+	assert.False(t, Unsettled().Matches(labels.Set(settled.Labels)))
+
 	live = nil
 	_, err = r.Reconcile(f.ctx, req)
 	require.NoError(t, err)
 	assert.Empty(t, live, "a recorded verdict is known from the cache")
 	assert.Equal(t, b.ResourceVersion, f.get().ResourceVersion)
+	require.NoError(t, cl.Get(f.ctx, req.NamespacedName, run))
+	assert.Equal(t, settled.ResourceVersion, run.ResourceVersion, "settled once")
 
 	// A run that could not be carried out gives no verdict: nothing is read live either.
 	failed := f.run("cs-failed", securityv1.ModeChecksumOnly)
@@ -479,4 +491,28 @@ func TestEndedRunsAreReadLiveOnlyForANewVerdict(t *testing.T) {
 	_, err = r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(failed)})
 	require.NoError(t, err)
 	assert.Empty(t, live)
+	require.NoError(t, cl.Get(f.ctx, client.ObjectKeyFromObject(failed), failed))
+	assert.Empty(t, failed.Labels[securityv1.LabelSettled], "a run that gave no verdict stays cached")
+}
+
+// A run made by hand (no policy) whose verdict is recorded is not settled: it stays cached, and
+// its TTL prunes it.
+func TestRunMadeByHandIsNotSettled(t *testing.T) {
+	f := newVerdictFixture(t)
+	run := f.run("by-hand", securityv1.ModeChecksumOnly)
+	run.UID = ""
+	require.NoError(t, cl.Create(f.ctx, run))
+	orig := run.DeepCopy()
+	done := metav1.NewTime(v0)
+	run.Status = securityv1.BackupVerifyRunStatus{Phase: securityv1.RunSucceeded, CompletionTime: &done, ResultRef: &securityv1.ResultReference{Name: resultName(run)},
+		Conditions: []metav1.Condition{{Type: securityv1.ConditionReady, Status: metav1.ConditionTrue, Reason: securityv1.EventBackupVerifyCompleted, Message: "done", LastTransitionTime: done}}}
+	require.NoError(t, cl.Status().Patch(f.ctx, run, client.MergeFrom(orig)))
+	require.NoError(t, cl.Create(f.ctx, &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)},
+		Spec: securityv1.BackupVerifyResultSpec{RunRef: &securityv1.RunReference{Name: run.Name, UID: run.UID}, Backend: securityv1.BackendCoffer, Mode: securityv1.ModeChecksumOnly}}))
+	r := &VerdictReconciler{Client: cl, Reader: cl}
+	_, err := r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+	require.NoError(t, err)
+	require.NotNil(t, f.get().Status.Verification.Checksum, "its verdict is recorded")
+	require.NoError(t, cl.Get(f.ctx, client.ObjectKeyFromObject(run), run))
+	assert.Empty(t, run.Labels[securityv1.LabelSettled])
 }
