@@ -115,6 +115,15 @@ func main() {
 // Backup and the Backup a verdict is written on are read uncached, whole.
 var cacheAnnotations = cachetrim.Keep{backupsv1.AnnotationChecksum: 80}
 
+// cacheOptions is what the verifier caches: every object trimmed (cacheAnnotations), Backups cut
+// to what policies read, ended runs to what is read of them, and no settled run (a policy's run
+// whose verdict is on its Backup: a policy keeps one per verified Backup, and nothing reads them
+// but their pruning).
+func cacheOptions() cache.Options {
+	return cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup, verifyrun.TrimEndedRun),
+		ByObject: map[client.Object]cache.ByObject{&securityv1.BackupVerifyRun{}: {Label: verifyrun.Unsettled()}}}
+}
+
 func run(ctx context.Context, o options) error {
 	if err := o.election.Validate(); err != nil {
 		return err
@@ -137,10 +146,7 @@ func run(ctx context.Context, o options) error {
 		// The process exits as soon as the manager stops, so a stopping leader may hand the Lease
 		// back at once (a rolling update needs no lease duration to pass).
 		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, policy.TrimCachedBackup, verifyrun.TrimEndedRun),
-			// Settled runs (a policy's runs whose verdict is on their Backup) are not cached: a
-			// policy keeps one per verified Backup, and nothing reads them but their pruning.
-			ByObject: map[client.Object]cache.ByObject{&securityv1.BackupVerifyRun{}: {Label: verifyrun.Unsettled()}}},
+		Cache:                         cacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
