@@ -117,9 +117,8 @@ func endedWithVerdict(run *securityv1.BackupVerifyRun) bool {
 }
 
 // recorded reports whether run's Backup, as cached, already records the run's verdict or a newer
-// one of its mode (the cache keeps a verdict's time, not its Result: a verdict of the run's own
-// completion time is looked at live, as is a Backup the cache does not hold, or holds under
-// another UID).
+// one of its mode (the cache keeps a verdict's result and time, not its Result). A Backup the
+// cache does not hold, or holds under another UID, is looked at live.
 func (r *VerdictReconciler) recorded(ctx context.Context, run *securityv1.BackupVerifyRun) (bool, error) {
 	b := &backupsv1.Backup{}
 	if err := r.Client.Get(ctx, run.CofferBackup(), b); err != nil {
@@ -135,8 +134,23 @@ func (r *VerdictReconciler) recorded(ctx context.Context, run *securityv1.Backup
 	if mode(run) == securityv1.ModeFullRestore {
 		old = b.Status.Verification.FullRestore
 	}
-	return old != nil && (old.ResultRef != nil && old.ResultRef.Namespace == run.Namespace && old.ResultRef.Name == run.Status.ResultName() ||
-		old.Time.After(run.Status.CompletionTime.Time)), nil
+	if old == nil {
+		return false, nil
+	}
+	if old.ResultRef != nil {
+		return old.ResultRef.Namespace == run.Namespace && old.ResultRef.Name == run.Status.ResultName() || old.Time.After(run.Status.CompletionTime.Time), nil
+	}
+	// Cut by the cache: newer, or of the run's own completion time with the run's result (another
+	// run of the mode that ended in the same second with the same result says the same).
+	return old.Time.After(run.Status.CompletionTime.Time) || old.Time.Equal(run.Status.CompletionTime) && old.Result == resultOf(run), nil
+}
+
+// resultOf is the verdict an ended run with a verdict gives its Backup.
+func resultOf(run *securityv1.BackupVerifyRun) backupsv1.VerificationResult {
+	if ready := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady); ready != nil && ready.Reason == securityv1.EventBackupVerifyMismatch {
+		return backupsv1.VerificationFailed
+	}
+	return backupsv1.VerificationPassed
 }
 
 func endedCofferRun(run *securityv1.BackupVerifyRun) bool {

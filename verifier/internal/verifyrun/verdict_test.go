@@ -480,6 +480,17 @@ func TestEndedRunsAreReadLiveOnlyForANewVerdict(t *testing.T) {
 	require.NoError(t, cl.Get(f.ctx, req.NamespacedName, run))
 	assert.Equal(t, settled.ResourceVersion, run.ResourceVersion, "settled once")
 
+	// A run ended before runs were settled (an upgrade): its verdict is known from the cache
+	// (result and time), and it is settled without a live read.
+	orig = run.DeepCopy()
+	delete(run.Labels, securityv1.LabelSettled)
+	require.NoError(t, cl.Patch(f.ctx, run, client.MergeFrom(orig)))
+	_, err = r.Reconcile(f.ctx, req)
+	require.NoError(t, err)
+	assert.Empty(t, live, "a recorded verdict is known from the cache")
+	require.NoError(t, cl.Get(f.ctx, req.NamespacedName, run))
+	assert.Equal(t, "true", run.Labels[securityv1.LabelSettled])
+
 	// A run that could not be carried out gives no verdict: nothing is read live either.
 	failed := f.run("cs-failed", securityv1.ModeChecksumOnly)
 	failed.UID = ""
