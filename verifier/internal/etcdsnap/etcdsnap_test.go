@@ -188,6 +188,62 @@ func TestKilledCheckIsNotCorruption(t *testing.T) {
 	assert.Equal(t, []string{securityv1.CodeChecksumNotRecorded}, codesOf(rep.Findings), "what was established before the check is kept")
 }
 
+// TestVerdictStandsWhatever: etcdutl's check reports a snapshot whose keys are out of order. On
+// such a file bbolt's page walk at open (a goroutine of its own, with no recover) goes on after the
+// check has reported, and may crash the helper before or after it wrote its verdict; and the OOM
+// killer may kill it once the verdict is written. Each way the file is corrupt, never a check
+// without a verdict. (A CI run of the shipped install saw the helper's verdict, then a panic, taken
+// for "failed without a verdict" on a real etcd snapshot.) A helper killed after writing an intact
+// file's status has not given a verdict one can trust: trouble, no finding.
+func TestVerdictStandsWhatever(t *testing.T) {
+	dir := t.TempDir()
+	p, ps := boltFile(t, dir, true)
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.True(t, swapFirstKeys(data, ps), "a leaf page with two keys of the same size")
+	require.NoError(t, os.WriteFile(p, data, 0o600))
+
+	for _, misbehave := range []string{"", "KILL-AFTER"} {
+		t.Setenv(testSignalEnv, misbehave)
+		for range 5 {
+			rep, err := Verify(context.Background(), dir, "bolt.db")
+			require.NoError(t, err, misbehave)
+			require.Contains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt, "%s: %v", misbehave, rep.Findings)
+		}
+	}
+
+	// (still killed after writing)
+	intact := t.TempDir()
+	boltFile(t, intact, true)
+	rep, err := Verify(context.Background(), intact, "bolt.db")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "without a verdict")
+	assert.NotContains(t, codesOf(rep.Findings), securityv1.CodeEtcdSnapshotCorrupt)
+}
+
+// swapFirstKeys swaps the first two keys of the first leaf page whose first two keys have the same
+// size, so that they are out of order: an inconsistency bbolt's check reports without crashing.
+func swapFirstKeys(db []byte, ps int) bool {
+	const pageHeader, elem = 16, 16 // leafPageElement: flags, pos, ksize, vsize (uint32 each)
+	for off := 2 * ps; off+ps <= len(db); off += ps {
+		if binary.LittleEndian.Uint16(db[off+8:]) != 0x02 || binary.LittleEndian.Uint16(db[off+10:]) < 2 {
+			continue
+		}
+		e0, e1 := off+pageHeader, off+pageHeader+elem
+		k0 := e0 + int(binary.LittleEndian.Uint32(db[e0+4:]))
+		k1 := e1 + int(binary.LittleEndian.Uint32(db[e1+4:]))
+		n := int(binary.LittleEndian.Uint32(db[e0+8:]))
+		if n == 0 || n != int(binary.LittleEndian.Uint32(db[e1+8:])) || k1+n > len(db) {
+			continue
+		}
+		a := append([]byte(nil), db[k0:k0+n]...)
+		copy(db[k0:k0+n], db[k1:k1+n])
+		copy(db[k1:k1+n], a)
+		return true
+	}
+	return false
+}
+
 // TestCrashClassification: what a helper printed before it exited 2 decides whether the file is
 // corrupt (a panic or a fault in the walk) or the check ran out of memory.
 func TestCrashClassification(t *testing.T) {

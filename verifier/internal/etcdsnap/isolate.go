@@ -14,6 +14,8 @@ import (
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
 )
 
 // statusEnv turns a process into the status helper: it checks the snapshot file the variable
@@ -27,30 +29,56 @@ import (
 // verifier and the test binaries) can also be its own helper.
 const statusEnv = "COFFER_ETCDSNAP_STATUS_OF"
 
-// testSignalEnv makes the helper of a test binary (never of the verifier) kill itself with the
-// signal it names before the check, as the kernel's OOM killer would: tests prove that a killed
-// check is a failed check, not a corrupt snapshot.
+// testSignalEnv makes the helper of a test binary (never of the verifier) kill itself with SIGKILL,
+// as the kernel's OOM killer would: KILL before the check (a killed check is a failed check, not a
+// corrupt snapshot), KILL-AFTER once it has written its verdict (the verdict stands).
 const testSignalEnv = "COFFER_ETCDSNAP_TEST_SELF_SIGNAL"
 
-// maxHelperStderr bounds what is kept of a crashed helper's output (a goroutine dump can be large).
+// maxHelperStderr bounds what is kept of a crashed helper's output (a goroutine dump can be large),
+// and of the inconsistencies a helper reports (one per page, at worst).
 const maxHelperStderr = 16 << 10
+
+// helperVerdict is what the helper writes to its stdout, in one write, when the check ran to the
+// end: the snapshot's status, or the inconsistency etcdutl reported. Once written, an inconsistency
+// is the verdict, whatever happens to the helper after: on a corrupt file, bbolt's page walk at open
+// (a goroutine of its own, with no recover) can go on walking after the check has reported, and
+// crash the helper between its verdict and its exit. (Before, the helper printed the inconsistency
+// to stderr, and a crash after it made a corrupt etcd snapshot a check "without a verdict".)
+type helperVerdict struct {
+	Status       *snapshot.Status `json:"status,omitempty"`
+	Inconsistent string           `json:"inconsistent,omitempty"`
+}
 
 func init() {
 	path, ok := os.LookupEnv(statusEnv)
 	if !ok {
 		return
 	}
-	if os.Getenv(testSignalEnv) == "KILL" && testing.Testing() {
+	misbehave := ""
+	if testing.Testing() {
+		misbehave = os.Getenv(testSignalEnv)
+	}
+	if misbehave == "KILL" {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
+	var v helperVerdict
 	st, err := snapshot.NewV3(zap.NewNop()).Status(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(3)
+		v.Inconsistent = backend.Truncate(err.Error(), maxHelperStderr)
+	} else {
+		v.Status = &st
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(st); err != nil {
+	b, _ := json.Marshal(v)
+	if _, err := os.Stdout.Write(append(b, '\n')); err != nil {
 		os.Exit(4)
+	}
+	if misbehave == "KILL-AFTER" {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	if err != nil {
+		os.Exit(3)
 	}
 	os.Exit(0)
 }
@@ -91,16 +119,21 @@ func status(ctx context.Context, path string) (snapshot.Status, error) {
 		return st, fmt.Errorf("%w: %v", ErrCheckNotStarted, err)
 	}
 	out := stderr.String()
+	var v helperVerdict
+	verdict := json.Unmarshal(stdout.Bytes(), &v) == nil
 	switch {
+	case verdict && v.Inconsistent != "":
+		return st, fmt.Errorf("%w: %s", errCheckFailed, v.Inconsistent)
+	case err == nil && verdict && v.Status != nil:
+		return *v.Status, nil
+	case verdict && v.Status != nil:
+		// A clean status, then an abnormal exit: nothing in the walk is left to crash, so this is
+		// not evidence about the file, and the status is not to be trusted either.
+		return st, fmt.Errorf("the consistency check failed without a verdict on the file: it wrote the status, then exited abnormally (%s)", crashSummary(out, exit))
 	case err == nil:
-		if err := json.Unmarshal(stdout.Bytes(), &st); err != nil {
-			return st, fmt.Errorf("reading the check's result: %w", err)
-		}
-		return st, nil
+		return st, fmt.Errorf("reading the check's result: %q is not one", backend.Truncate(stdout.String(), 200))
 	case signaled(exit):
 		return st, fmt.Errorf("%w by a signal (%s; the kernel's OOM killer sends SIGKILL when a container exceeds its memory limit)", ErrCheckKilled, exit.Sys().(syscall.WaitStatus).Signal())
-	case exit.ExitCode() == 3:
-		return st, fmt.Errorf("%w: %s", errCheckFailed, strings.TrimSpace(out))
 	case outOfMemory(out):
 		return st, fmt.Errorf("%w: it ran out of memory (%s)", ErrCheckKilled, crashSummary(out, exit))
 	case exit.ExitCode() == 2 && crashed(out):
