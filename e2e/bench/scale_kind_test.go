@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +16,7 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 )
 
 // scaleKind (COFFER_BENCH_SCALE_KIND) is the strategy kind of BenchmarkScale's Backups:
@@ -112,27 +111,12 @@ func createScaleKind(ctx context.Context, cl client.Client) error {
 		if err := cl.List(ctx, list, client.Limit(500), client.Continue(cont)); err != nil {
 			return err
 		}
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, 32)
-		for range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := int(next.Add(1)) - 1; k < len(list.Items); k = int(next.Add(1)) - 1 {
-					// Velero's CRDs have no status subresource: the status is created with it.
-					vb, status := veleroBackupOf(&list.Items[k])
-					vb.Object["status"] = status
-					if err := cl.Create(ctx, vb); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
+		if err := cluster.Parallel(len(list.Items), 32, func(k int) error {
+			// Velero's CRDs have no status subresource: the status is created with it.
+			vb, status := veleroBackupOf(&list.Items[k])
+			vb.Object["status"] = status
+			return cl.Create(ctx, vb)
+		}); err != nil {
 			return err
 		}
 		if cont = list.Continue; cont == "" {

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/election"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/components"
 )
 
@@ -208,26 +207,7 @@ func createScale(ctx context.Context, cl client.Client) error {
 	if err := cl.Create(ctx, class); err != nil {
 		return err
 	}
-	run := func(n int, do func(i int) error) error {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, 32)
-		for range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-					if err := do(i); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		return <-errs
-	}
+	run := func(n int, do func(i int) error) error { return cluster.Parallel(n, 32, do) }
 	nsName := func(i int) string { return fmt.Sprintf("tenant-%04d", i%scaleNamespaces) }
 	if err := run(scaleNamespaces, func(i int) error {
 		return cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i)}})

@@ -845,4 +845,28 @@ func TestPassReadsOnlyRunsInFlight(t *testing.T) {
 	assert.EqualValues(t, 1, runGets.Load(), "only the run of the Backup without a verdict is looked up")
 	assert.EqualValues(t, 1, listed.Load(), "only the run in flight is listed uncached")
 	f.assertCounts(pol, 1, 1, 0)
+
+	// An older install: its BackupVerifyRun CRD has no selectable status.phase, and the API server
+	// refuses the field selector (400). The pass reads every run of the policy instead, and counts
+	// the same run in flight.
+	var refused atomic.Int32
+	listed.Store(0)
+	r.Reader = interceptor.NewClient(cl, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			l, ok := list.(*securityv1.BackupVerifyRunList)
+			if o := (&client.ListOptions{}).ApplyOptions(opts); ok && o.FieldSelector != nil && !o.FieldSelector.Empty() {
+				refused.Add(1)
+				return apierrors.NewBadRequest(`field label not supported: ` + securityv1.FieldRunPhase)
+			}
+			err := c.List(ctx, list, opts...)
+			if ok {
+				listed.Add(int32(len(l.Items)))
+			}
+			return err
+		},
+	})
+	f.reconcile(r, pol)
+	assert.EqualValues(t, 1, refused.Load())
+	assert.EqualValues(t, len(bs), listed.Load(), "every run of the policy is listed uncached")
+	f.assertCounts(pol, 1, 1, 0)
 }

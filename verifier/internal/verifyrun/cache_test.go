@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/coffer-backup/coffer/apis/cachetrim"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
@@ -91,51 +87,20 @@ func BenchmarkCachedRunBytes(b *testing.B) {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "run-bytes-"}}
 	require.NoError(b, cl.Create(ctx, ns))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				run := endedRun(ns.Name, i)
-				status := run.Status
-				if err := cl.Create(ctx, run); err != nil {
-					errs <- err
-					return
-				}
-				run.Status = status
-				if err := cl.Status().Update(ctx, run); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	require.NoError(b, <-errs)
+	require.NoError(b, cluster.Parallel(n, 16, func(i int) error {
+		run := endedRun(ns.Name, i)
+		status := run.Status
+		if err := cl.Create(ctx, run); err != nil {
+			return err
+		}
+		run.Status = status
+		return cl.Status().Update(ctx, run)
+	}))
 	measure := func(transform func(any) (any, error)) float64 {
-		ctx, cancel := context.WithCancel(ctx)
-		stopped := make(chan struct{})
-		defer func() { cancel(); <-stopped }() // the next measurement starts without this cache
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		c, err := cache.New(restConfig, cache.Options{Scheme: cluster.Scheme, DefaultTransform: transform,
-			DefaultNamespaces: map[string]cache.Config{ns.Name: {}}})
+		bytes, err := cluster.CachedBytes(ctx, restConfig, cache.Options{Scheme: cluster.Scheme, DefaultTransform: transform,
+			DefaultNamespaces: map[string]cache.Config{ns.Name: {}}}, &securityv1.BackupVerifyRunList{}, n)
 		require.NoError(b, err)
-		go func() { _ = c.Start(ctx); close(stopped) }()
-		list := &securityv1.BackupVerifyRunList{}
-		require.Eventually(b, func() bool {
-			return c.List(ctx, list, client.UnsafeDisableDeepCopy) == nil && len(list.Items) == n
-		}, 5*time.Minute, 100*time.Millisecond)
-		list = nil
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		runtime.KeepAlive(c)
-		return float64(after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc)) / float64(n)
+		return bytes
 	}
 	b.ResetTimer()
 	for range b.N {

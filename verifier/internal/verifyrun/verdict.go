@@ -137,11 +137,10 @@ func (r *VerdictReconciler) recorded(ctx context.Context, run *securityv1.Backup
 	if old == nil {
 		return false, nil
 	}
-	if old.ResultRef != nil {
-		return old.ResultRef.Namespace == run.Namespace && old.ResultRef.Name == run.Status.ResultName() || old.Time.After(run.Status.CompletionTime.Time), nil
-	}
-	// Cut by the cache: newer, or of the run's own completion time with the run's result (another
-	// run of the mode that ended in the same second with the same result says the same).
+	// A verdict is recorded at its run's completion time (recordVerdict), and the cache keeps of it
+	// its result and time, not its Result: newer, or of the run's own completion time with the
+	// run's result (another run of the mode that ended in the same second with the same result
+	// says the same).
 	return old.Time.After(run.Status.CompletionTime.Time) || old.Time.Equal(run.Status.CompletionTime) && old.Result == resultOf(run), nil
 }
 
