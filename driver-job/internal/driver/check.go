@@ -229,10 +229,33 @@ func finishedAt(j *batchv1.Job, now time.Time) time.Time {
 // nextCheck is when the Backup's artifact is next due for a check: its annotation, or a period
 // after its creation.
 func (d *Driver) nextCheck(b *backupsv1.Backup) time.Time {
-	if t, err := time.Parse(time.RFC3339, b.Annotations[names.AnnotationNextCheck]); err == nil {
-		return t
+	if v := b.Annotations[names.AnnotationNextCheck]; v != "" {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			return t
+		}
 	}
 	return b.CreationTimestamp.Add(d.checkPeriod())
+}
+
+// eachBackup calls fn with every cached Backup, the cache's own object: walked in the cache's
+// store when the driver runs on one (Cache), listed with Client otherwise.
+func (d *Driver) eachBackup(ctx context.Context, fn func(*backupsv1.Backup)) error {
+	if d.Cache != nil {
+		return driverkit.EachCached(ctx, d.Cache, &backupsv1.Backup{}, &backupsv1.BackupList{}, func(o client.Object) bool {
+			if b, ok := o.(*backupsv1.Backup); ok {
+				fn(b)
+			}
+			return true
+		})
+	}
+	backups := &backupsv1.BackupList{}
+	if err := d.Client.List(ctx, backups, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	for i := range backups.Items {
+		fn(&backups.Items[i])
+	}
+	return nil
 }
 
 // recordNextCheck writes when the Backup's next check is due (a merge patch of one annotation;
@@ -306,19 +329,17 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 		}
 	}
 
-	// Every minute over every Backup of the cluster: the cache's own objects are read in place
-	// (not copied, never written) and only the due ones copied.
-	backups := &backupsv1.BackupList{}
-	if err := d.Client.List(ctx, backups, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("listing the Backups: %w", err)
-	}
+	// Every minute over every Backup of the driver's kind: the cache's own objects are read in
+	// place (not copied, never written) and only the due ones copied.
 	var due []*backupsv1.Backup
-	for i := range backups.Items {
-		b := &backups.Items[i]
+	err := d.eachBackup(ctx, func(b *backupsv1.Backup) {
 		if backupsv1.StrategyIs(b.Spec.StrategyRef, jobapi.Group, jobapi.Kind) && b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil &&
 			b.DeletionTimestamp.IsZero() && !busy[client.ObjectKeyFromObject(b)] && !d.nextCheck(b).After(now) {
 			due = append(due, b.DeepCopy())
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("reading the Backups: %w", err)
 	}
 	sort.SliceStable(due, func(i, k int) bool {
 		ti, tk := d.nextCheck(due[i]), d.nextCheck(due[k])

@@ -20,8 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -280,6 +282,55 @@ func TestArtifactCheckOnlyWhenDue(t *testing.T) {
 		f.startDueChecks(d)
 		require.Empty(t, f.jobsOf(names.KindBackupCheck))
 	})
+}
+
+// TestArtifactChecksWalkTheCache: on a manager, StartDueChecks walks the Backups in the cache's
+// store (Driver.Cache; driverkit.EachCached) instead of listing copies of them, and decides
+// alike: the due Backup gets its check Job; the fresh one and the failed one none.
+func TestArtifactChecksWalkTheCache(t *testing.T) {
+	f := newCheckFixture(t, nil)
+	due := f.readyBackup("due", ptr.To(f.clock.Now().Add(-time.Hour)))
+	fresh := f.readyBackup("fresh", nil)
+	failed := f.readyBackup("failed", ptr.To(f.clock.Now().Add(-time.Hour)))
+	failed.Status.Phase, failed.Status.Artifact = backupsv1.BackupFailed, nil
+	require.NoError(t, cl.Status().Update(f.ctx, failed))
+
+	// The driver's cache of the whole cluster (one store to walk), its Backups narrowed to this
+	// test's namespace by one more field term: the API server is shared with other tests.
+	opts := driver.CacheOptions()
+	opts.Scheme = sch
+	for o, by := range opts.ByObject {
+		if _, ok := o.(*backupsv1.Backup); ok {
+			by.Field = fields.AndSelectors(by.Field, fields.OneTermEqualSelector("metadata.namespace", f.ns))
+			opts.ByObject[o] = by
+		}
+	}
+	c, err := cache.New(restConfig, opts)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(f.ctx)
+	stopped := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-stopped })
+	go func() { _ = c.Start(ctx); close(stopped) }()
+	require.Eventually(t, func() bool {
+		list := &backupsv1.BackupList{}
+		if c.List(ctx, list) != nil || len(list.Items) != 3 {
+			return false
+		}
+		for _, b := range list.Items {
+			if b.Name == "failed" && b.Status.Phase != backupsv1.BackupFailed {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the cache holds the driver's three Backups as written")
+
+	d := f.checker(0)
+	d.Cache = c
+	f.startDueChecks(d)
+	require.NotNil(t, f.checkJobOf(due), "the due Backup is checked")
+	require.Nil(t, f.checkJobOf(fresh))
+	require.Nil(t, f.checkJobOf(failed))
+	require.Len(t, f.jobsOf(names.KindBackupCheck), 1)
 }
 
 // At most MaxCheckJobs check Jobs run at once; the other due Backups wait, the longest overdue

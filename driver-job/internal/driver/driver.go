@@ -73,6 +73,9 @@ type Driver struct {
 	Live     client.Reader
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
+	// Cache, when set, is the cache Client reads: passes over every Backup (StartDueChecks) walk
+	// its store instead of listing copies (driverkit.EachCached). Nil lists with Client.
+	Cache cache.Cache
 
 	// CheckPeriod is how often the artifact of a Ready Backup is checked (StartDueChecks); zero
 	// disables the checks. MaxCheckJobs bounds the check Jobs running at once (zero:
@@ -140,7 +143,7 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 // (every checkPeriod, at most maxCheckJobs at once; a zero period disables them).
 func Setup(mgr ctrl.Manager, clk clock.PassiveClock, checkPeriod time.Duration, maxCheckJobs int, clusterName, namespace string) error {
 	d := &Driver{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder(names.DriverName),
-		CheckPeriod: checkPeriod, MaxCheckJobs: maxCheckJobs}
+		Cache: mgr.GetCache(), CheckPeriod: checkPeriod, MaxCheckJobs: maxCheckJobs}
 	k := New(d, clk)
 	k.ClusterName = clusterName
 	if err := k.SetupWithManager(mgr); err != nil {
