@@ -73,12 +73,14 @@ func TrimBackup(obj any, keep ...string) {
 		kept.Finalizers = append(kept.Finalizers, cachetrim.Intern(f))
 	}
 	if b.Imported() {
-		kept.Labels = map[string]string{}
+		// Alike on every Backup of a catalog: one map shared among them.
+		labels := map[string]string{}
 		for _, l := range []string{backupsv1.LabelImported, backupsv1.LabelCatalog, backupsv1.LabelManagedBy} {
 			if v, ok := b.Labels[l]; ok {
-				kept.Labels[l] = cachetrim.Intern(v)
+				labels[l] = v
 			}
 		}
+		kept.Labels = cachetrim.InternMap(labels)
 	}
 	ref := b.Spec.StrategyRef
 	kept.Spec.StrategyRef = corev1.TypedLocalObjectReference{APIGroup: cachetrim.InternPtr(ref.APIGroup), Kind: cachetrim.Intern(ref.Kind), Name: cachetrim.Intern(ref.Name)}

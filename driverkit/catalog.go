@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -88,6 +89,9 @@ type CatalogRecords func(yield func(CatalogEntry) bool)
 // its storage); the catalog does the rest, the same for every driver.
 type Catalog struct {
 	Client client.Client
+	// Cache, when set, is the cache Client reads: the Backups a sync imported before are walked
+	// in its store, not copied into a list (EachCached). Nil lists them with Client.
+	Cache cache.Cache
 	// Live reads a Backup uncached before the catalog writes it (a driver's cache holds Backups
 	// trimmed: TrimBackup); nil reads with Client.
 	Live client.Reader
@@ -163,19 +167,14 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, total 
 	log := ctrl.LoggerFrom(ctx).WithValues("catalog", c.Name)
 	res := CatalogResult{Skipped: map[string]string{}}
 	ours := map[client.ObjectKey]*imports{}
-	{
-		// Unsafe: a cached client hands its own objects, which are read here and never kept.
-		existing := &backupsv1.BackupList{}
-		if err := c.Client.List(ctx, existing, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(c.Name)},
-			client.UnsafeDisableDeepCopy); err != nil {
-			return res, fmt.Errorf("listing the Backups of catalog %s: %w", c.Name, err)
+	// The cache's own objects, read here and never kept.
+	err := c.eachImported(ctx, func(b *backupsv1.Backup) {
+		if b.Labels[backupsv1.LabelManagedBy] == c.Driver {
+			ours[client.ObjectKeyFromObject(b)] = c.importsOf(b)
 		}
-		for i := range existing.Items {
-			b := &existing.Items[i]
-			if b.Labels[backupsv1.LabelManagedBy] == c.Driver {
-				ours[client.ObjectKeyFromObject(b)] = c.importsOf(b)
-			}
-		}
+	})
+	if err != nil {
+		return res, fmt.Errorf("reading the Backups of catalog %s: %w", c.Name, err)
 	}
 	type item struct {
 		key client.ObjectKey
@@ -629,4 +628,26 @@ func (p *progressWriter) patch(catalog *backupsv1.CatalogStatus) error {
 		return err
 	}
 	return p.c.Status().Patch(p.ctx, p.obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, data))
+}
+
+// eachImported calls fn with each Backup this catalog imported, as Client's cache holds it: walked
+// in the store of Cache when set, listed otherwise.
+func (c *Catalog) eachImported(ctx context.Context, fn func(*backupsv1.Backup)) error {
+	catalog := backupsv1.LabelValue(c.Name)
+	if c.Cache != nil {
+		return EachCached(ctx, c.Cache, &backupsv1.Backup{}, &backupsv1.BackupList{}, func(o client.Object) bool {
+			if b, ok := o.(*backupsv1.Backup); ok && b.Labels[backupsv1.LabelImported] == "true" && b.Labels[backupsv1.LabelCatalog] == catalog {
+				fn(b)
+			}
+			return true
+		})
+	}
+	list := &backupsv1.BackupList{}
+	if err := c.Client.List(ctx, list, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: catalog}, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		fn(&list.Items[i])
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -40,6 +41,9 @@ const CatalogCredentialsSecret = "catalog-readonly"
 // driverkit's Catalog, which imports the Backups of other clusters.
 type Catalog struct {
 	Client client.Client
+	// Cache, when set, is the cache Client reads: a sync walks the Backups it imported before in
+	// its store (driverkit.Catalog.Cache). Nil lists them with Client.
+	Cache cache.Cache
 	// Live reads uncached: the credentials Secret (the driver watches no Secret), and a Backup
 	// the catalog writes (its cache holds Backups trimmed).
 	Live     client.Reader
@@ -126,7 +130,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, pro
 	if err != nil {
 		return driverkit.CatalogResult{}, "", err
 	}
-	cat := driverkit.Catalog{Client: c.Client, Live: c.Live, Driver: names.DriverName, Name: strat.Name,
+	cat := driverkit.Catalog{Client: c.Client, Cache: c.Cache, Live: c.Live, Driver: names.DriverName, Name: strat.Name,
 		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strat.Name},
 		NamespaceMapping: map[string]string{}, Progress: progress}
 	for from, to := range src.NamespaceMapping {

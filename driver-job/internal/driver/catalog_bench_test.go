@@ -120,7 +120,7 @@ func catalogSync(b *testing.B, n int, qps float64, burst int) {
 		require.NoError(b, err)
 		require.NoError(b, cached.List(ctx, &backupsv1.BackupList{}, client.InNamespace(ns.Name))) // the Backups' informer, started
 		kit := driver.New(&driver.Driver{Client: cached, Live: budgeted, Scheme: sch}, nil)
-		cat := &driver.Catalog{Client: cached, Live: budgeted, Recorder: events.NewFakeRecorder(100), Clock: clock.RealClock{}, Namespace: driverNS.Name, Kit: kit}
+		cat := &driver.Catalog{Client: cached, Cache: informers, Live: budgeted, Recorder: events.NewFakeRecorder(100), Clock: clock.RealClock{}, Namespace: driverNS.Name, Kit: kit}
 		req := reconcile.Request{NamespacedName: client.ObjectKey{Name: strat.Name}}
 
 		runtime.GC()

@@ -149,7 +149,7 @@ func Setup(mgr ctrl.Manager, clk clock.PassiveClock, checkPeriod time.Duration, 
 	if err := k.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	cat := &Catalog{Client: mgr.GetClient(), Live: mgr.GetAPIReader(), Recorder: d.Recorder, Clock: clk, Namespace: namespace, Kit: k}
+	cat := &Catalog{Client: mgr.GetClient(), Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Recorder: d.Recorder, Clock: clk, Namespace: namespace, Kit: k}
 	if err := cat.SetupWithManager(mgr); err != nil {
 		return err
 	}

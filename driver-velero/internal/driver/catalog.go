@@ -104,13 +104,16 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy, progress driverkit.P
 	if err != nil {
 		return driverkit.CatalogResult{}, "", err
 	}
+	// Read only: the cache's own objects (a deep copy of each, every sync, would double what the
+	// cache holds), and what is kept of them is copied (the records are parsed anew).
 	vbs := &velerov1.BackupList{}
-	if err := d.Client.List(ctx, vbs, client.InNamespace(veleroNamespace(strat))); err != nil {
+	if err := d.Client.List(ctx, vbs, client.InNamespace(veleroNamespace(strat)), client.UnsafeDisableDeepCopy); err != nil {
 		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Velero backups of namespace %s: %w", veleroNamespace(strat), err)
 	}
 	// What earlier syncs measured is on the Backups they imported: measured once per record.
 	imported := &backupsv1.BackupList{}
-	if err := d.Client.List(ctx, imported, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(strat.Name)}); err != nil {
+	if err := d.Client.List(ctx, imported, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(strat.Name)},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Backups of catalog %s: %w", strat.Name, err)
 	}
 	measured := map[string]*backupsv1.BackupArtifact{} // record location → artifact
@@ -186,7 +189,7 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy, progress driverkit.P
 		all = append(all, driverkit.CatalogEntry{Location: loc, Skip: why})
 	}
 	sort.Slice(all, func(i, k int) bool { return all[i].Location < all[k].Location })
-	cat := driverkit.Catalog{Client: d.Client, Live: d.Live, Driver: names.DriverName, Name: strat.Name, Finalizer: names.Finalizer,
+	cat := driverkit.Catalog{Client: d.Client, Cache: d.Cache, Live: d.Live, Driver: names.DriverName, Name: strat.Name, Finalizer: names.Finalizer,
 		StrategyRef:      corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: strat.Name},
 		NamespaceMapping: map[string]string{}, Progress: progress}
 	for from, to := range src.NamespaceMapping {

@@ -46,6 +46,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
@@ -69,7 +70,10 @@ type Driver struct {
 	Client client.Client
 	// Live reads uncached: the Plan of a run (checkTTL), a Velero backup whose absence is
 	// confirmed, a DeleteBackupRequest the cache has yet to see. Nil means Client.
-	Live     client.Reader
+	Live client.Reader
+	// Cache, when set, is the cache Client reads: a catalog sync walks the Backups it imported
+	// before in its store (driverkit.Catalog.Cache). Setup sets the manager's when it sets Client.
+	Cache    cache.Cache
 	Recorder events.EventRecorder
 	// HTTP downloads backup tarballs from the object store (presigned URLs).
 	HTTP *http.Client
@@ -125,7 +129,7 @@ func New(d *Driver) *Kit {
 // names this cluster in the records of its artifacts (optional).
 func Setup(mgr ctrl.Manager, d *Driver, clusterName string) error {
 	if d.Client == nil {
-		d.Client = mgr.GetClient()
+		d.Client, d.Cache = mgr.GetClient(), mgr.GetCache()
 	}
 	if d.Live == nil {
 		d.Live = mgr.GetAPIReader()
