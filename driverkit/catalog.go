@@ -168,11 +168,11 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, total 
 	res := CatalogResult{Skipped: map[string]string{}}
 	ours := map[client.ObjectKey]*imports{}
 	// The cache's own objects, read here and never kept.
-	err := c.eachImported(ctx, func(b *backupsv1.Backup) {
+	err := EachBackup(ctx, c.Cache, c.Client, func(b *backupsv1.Backup) {
 		if b.Labels[backupsv1.LabelManagedBy] == c.Driver {
 			ours[client.ObjectKeyFromObject(b)] = c.importsOf(b)
 		}
-	})
+	}, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(c.Name)})
 	if err != nil {
 		return res, fmt.Errorf("reading the Backups of catalog %s: %w", c.Name, err)
 	}
@@ -628,26 +628,4 @@ func (p *progressWriter) patch(catalog *backupsv1.CatalogStatus) error {
 		return err
 	}
 	return p.c.Status().Patch(p.ctx, p.obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, data))
-}
-
-// eachImported calls fn with each Backup this catalog imported, as Client's cache holds it: walked
-// in the store of Cache when set, listed otherwise.
-func (c *Catalog) eachImported(ctx context.Context, fn func(*backupsv1.Backup)) error {
-	catalog := backupsv1.LabelValue(c.Name)
-	if c.Cache != nil {
-		return EachCached(ctx, c.Cache, &backupsv1.Backup{}, &backupsv1.BackupList{}, func(o client.Object) bool {
-			if b, ok := o.(*backupsv1.Backup); ok && b.Labels[backupsv1.LabelImported] == "true" && b.Labels[backupsv1.LabelCatalog] == catalog {
-				fn(b)
-			}
-			return true
-		})
-	}
-	list := &backupsv1.BackupList{}
-	if err := c.Client.List(ctx, list, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: catalog}, client.UnsafeDisableDeepCopy); err != nil {
-		return err
-	}
-	for i := range list.Items {
-		fn(&list.Items[i])
-	}
-	return nil
 }

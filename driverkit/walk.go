@@ -5,10 +5,13 @@ import (
 	"errors"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
 
 // EachCached calls fn with every object of obj's kind that the cache c holds, as it holds it: the
@@ -48,3 +51,27 @@ func EachCached(ctx context.Context, c cache.Cache, obj client.Object, list clie
 }
 
 var errStopWalk = errors.New("the walk ends")
+
+// EachBackup calls fn with each Backup that r, a client reading the cache c, holds and opts select
+// (a label selector; a namespace): the cache's own objects, which fn must neither change nor keep.
+// They are walked in c's store when c is set (EachCached), listed from r otherwise.
+func EachBackup(ctx context.Context, c cache.Cache, r client.Reader, fn func(*backupsv1.Backup), opts ...client.ListOption) error {
+	if c != nil {
+		o := (&client.ListOptions{}).ApplyOptions(opts)
+		return EachCached(ctx, c, &backupsv1.Backup{}, &backupsv1.BackupList{}, func(obj client.Object) bool {
+			b, ok := obj.(*backupsv1.Backup)
+			if ok && (o.LabelSelector == nil || o.LabelSelector.Matches(labels.Set(b.Labels))) && (o.Namespace == "" || o.Namespace == b.Namespace) {
+				fn(b)
+			}
+			return true
+		})
+	}
+	list := &backupsv1.BackupList{}
+	if err := r.List(ctx, list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		fn(&list.Items[i])
+	}
+	return nil
+}

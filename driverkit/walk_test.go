@@ -59,6 +59,20 @@ func TestEachCached(t *testing.T) {
 				return false
 			}))
 			assert.Equal(t, 1, calls, "the walk ends when fn says so")
+
+			// EachBackup applies a label selector and a namespace alike, walked (cache) or listed.
+			for _, walked := range []cache.Cache{c, nil} {
+				var picked []string
+				require.NoError(t, driverkit.EachBackup(ctx, walked, c, func(b *backupsv1.Backup) { picked = append(picked, b.Name) },
+					client.MatchingLabels{backupsv1.LabelPlan: backupsv1.PlanLabelValue("p-00001")}, client.InNamespace(f.ns)))
+				assert.Equal(t, []string{want[1]}, picked)
+				if name == "cluster" { // a cache of some namespaces refuses a list of another
+					picked = nil
+					require.NoError(t, driverkit.EachBackup(ctx, walked, c, func(b *backupsv1.Backup) { picked = append(picked, b.Name) },
+						client.InNamespace("elsewhere")))
+					assert.Empty(t, picked)
+				}
+			}
 		})
 	}
 }

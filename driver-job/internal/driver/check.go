@@ -237,27 +237,6 @@ func (d *Driver) nextCheck(b *backupsv1.Backup) time.Time {
 	return b.CreationTimestamp.Add(d.checkPeriod())
 }
 
-// eachBackup calls fn with every cached Backup, the cache's own object: walked in the cache's
-// store when the driver runs on one (Cache), listed with Client otherwise.
-func (d *Driver) eachBackup(ctx context.Context, fn func(*backupsv1.Backup)) error {
-	if d.Cache != nil {
-		return driverkit.EachCached(ctx, d.Cache, &backupsv1.Backup{}, &backupsv1.BackupList{}, func(o client.Object) bool {
-			if b, ok := o.(*backupsv1.Backup); ok {
-				fn(b)
-			}
-			return true
-		})
-	}
-	backups := &backupsv1.BackupList{}
-	if err := d.Client.List(ctx, backups, client.UnsafeDisableDeepCopy); err != nil {
-		return err
-	}
-	for i := range backups.Items {
-		fn(&backups.Items[i])
-	}
-	return nil
-}
-
 // recordNextCheck writes when the Backup's next check is due (a merge patch of one annotation;
 // b is updated with the result, so the kit's status write that may follow sees its version).
 func (d *Driver) recordNextCheck(ctx context.Context, b *backupsv1.Backup, next time.Time) error {
@@ -332,7 +311,7 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 	// Every minute over every Backup of the driver's kind: the cache's own objects are read in
 	// place (not copied, never written) and only the due ones copied.
 	var due []*backupsv1.Backup
-	err := d.eachBackup(ctx, func(b *backupsv1.Backup) {
+	err := driverkit.EachBackup(ctx, d.Cache, d.Client, func(b *backupsv1.Backup) {
 		if backupsv1.StrategyIs(b.Spec.StrategyRef, jobapi.Group, jobapi.Kind) && b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil &&
 			b.DeletionTimestamp.IsZero() && !busy[client.ObjectKeyFromObject(b)] && !d.nextCheck(b).After(now) {
 			due = append(due, b.DeepCopy())
