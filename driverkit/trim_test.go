@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,7 +24,6 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
 	"github.com/coffer-backup/coffer/driverkit"
-	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 )
 
 // checking is the script driver with an ArtifactChecker: check says what a look finds.
@@ -278,21 +279,53 @@ func TestCachedBackupBytes(t *testing.T) {
 		n = 1000
 	}
 	f := newFixture(t)
-	require.NoError(t, cluster.Parallel(n, 32, func(i int) error {
-		b := f.benchBackup(i)
-		status := b.Status
-		if err := cl.Create(f.ctx, b); err != nil {
-			return err
-		}
-		b.Status = status
-		return cl.Status().Update(f.ctx, b)
-	}))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				b := f.benchBackup(i)
+				status := b.Status
+				if err := cl.Create(f.ctx, b); err != nil {
+					errs <- err
+					return
+				}
+				b.Status = status
+				if err := cl.Status().Update(f.ctx, b); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	require.NoError(t, <-errs)
 
 	measure := func(transform func(any) (any, error)) float64 {
-		bytes, err := cluster.CachedBytes(f.ctx, restConfig, driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: transform,
-			DefaultNamespaces: map[string]cache.Config{f.ns: {}}}, f.kit.Strategy), &backupsv1.BackupList{}, n, client.InNamespace(f.ns))
+		ctx, cancel := context.WithCancel(f.ctx)
+		defer cancel()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c, err := cache.New(restConfig, driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: transform,
+			DefaultNamespaces: map[string]cache.Config{f.ns: {}}}, f.kit.Strategy))
 		require.NoError(t, err)
-		return bytes
+		go func() { _ = c.Start(ctx) }()
+		list := &backupsv1.BackupList{}
+		require.Eventually(t, func() bool {
+			return c.List(ctx, list, client.InNamespace(f.ns), client.UnsafeDisableDeepCopy) == nil && len(list.Items) == n
+		}, 5*time.Minute, 100*time.Millisecond)
+		list = nil
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(c)
+		return float64(after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc)) / float64(n)
 	}
 	whole := measure(cachetrim.Transform(driverkit.CacheAnnotations))
 	trimmed := measure(cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer("param.bucket")))
