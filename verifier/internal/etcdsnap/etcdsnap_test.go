@@ -256,6 +256,8 @@ func TestCrashClassification(t *testing.T) {
 		{"fatal error: runtime: out of memory\n\nruntime stack:", false, true},
 		{"runtime: cannot allocate memory", false, true},
 		{"some other failure", false, false},
+		// A test binary built with the race detector reports bbolt's races before the panic.
+		{"==================\nWARNING: DATA RACE\nRead at 0x00c000123456 by goroutine 9:\n==================\npanic: runtime error: invalid memory address or nil pointer dereference", true, false},
 	} {
 		assert.Equal(t, tt.crash, crashed(tt.stderr), tt.stderr)
 		assert.Equal(t, tt.noMem, outOfMemory(tt.stderr), tt.stderr)

@@ -149,22 +149,38 @@ func signaled(exit *exec.ExitError) bool {
 }
 
 // crashed reports whether a helper's output is a Go panic or memory fault: what bbolt's walk (or
-// etcd's backend code above it) does on a corrupt page, where no recover reaches.
+// etcd's backend code above it) does on a corrupt page, where no recover reaches. The crash need
+// not be the output's first line: a binary built with the race detector reports bbolt's own data
+// races before it.
 func crashed(stderr string) bool {
-	first := crashSummary(stderr, nil)
+	first := crashLine(stderr)
 	return strings.HasPrefix(first, "panic: ") || strings.HasPrefix(first, "unexpected fault address") ||
 		strings.HasPrefix(first, "fatal error: fault") || strings.HasPrefix(first, "fatal error: unexpected signal")
 }
 
 // outOfMemory reports whether the Go runtime of the helper gave up for lack of memory.
 func outOfMemory(stderr string) bool {
-	first := crashSummary(stderr, nil)
-	return strings.HasPrefix(first, "fatal error: runtime: out of memory") || strings.Contains(first, "cannot allocate memory")
+	return strings.HasPrefix(crashLine(stderr), "fatal error: runtime: out of memory") || strings.Contains(stderr, "cannot allocate memory")
 }
 
-// crashSummary is the first line of a crashed helper's output ("panic: ...", "unexpected fault
-// address ..."), or its exit status.
+// crashLine is the first line of a helper's output where the Go runtime says how it ended (a
+// panic, a fault, a fatal error), or "" when no line does.
+func crashLine(stderr string) string {
+	for _, line := range strings.Split(stderr, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "unexpected fault address") || strings.HasPrefix(line, "fatal error: ") {
+			return line
+		}
+	}
+	return ""
+}
+
+// crashSummary is the line of a crashed helper's output that says how it ended (crashLine), else
+// its first line, or its exit status.
 func crashSummary(stderr string, exit *exec.ExitError) string {
+	if line := crashLine(stderr); line != "" {
+		return line
+	}
 	for _, line := range strings.Split(stderr, "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "goroutine ") {
 			return line
