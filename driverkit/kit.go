@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 )
@@ -63,6 +64,9 @@ type Kit[S client.Object] struct {
 
 	// Further watches of each controller.
 	BackupJobWatches, RestoreJobWatches, BackupWatches []Watch
+	// BackupSources are further sources of the Backup controller's requests that are no
+	// informer's (driver-velero's watch of the Velero backups it does not cache).
+	BackupSources []source.Source
 	// Workers per controller (default DefaultWorkers).
 	Workers int
 	// ArtifactConfirmDelay is how long an artifact the driver's ArtifactChecker found gone must
@@ -99,13 +103,16 @@ func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 	if workers == 0 {
 		workers = DefaultWorkers
 	}
-	add := func(name string, obj client.Object, watches []Watch, r reconcile.Reconciler) error {
+	add := func(name string, obj client.Object, watches []Watch, r reconcile.Reconciler, sources ...source.Source) error {
 		b := ctrl.NewControllerManagedBy(mgr).Named(name).For(obj).WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, MaxRetryDelay),
 		})
 		for _, w := range watches {
 			b = b.Watches(w.Object, w.Handler, w.Options...)
+		}
+		for _, src := range sources {
+			b = b.WatchesRawSource(src)
 		}
 		return b.Complete(r)
 	}
@@ -130,7 +137,7 @@ func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 	if err := add(k.Name+"-restorejob", &backupsv1.RestoreJob{}, restoreWatches, reconcile.Func(k.reconcileRestoreJob)); err != nil {
 		return err
 	}
-	return add(k.Name+"-backup", &backupsv1.Backup{}, k.BackupWatches, reconcile.Func(k.reconcileBackup))
+	return add(k.Name+"-backup", &backupsv1.Backup{}, k.BackupWatches, reconcile.Func(k.reconcileBackup), k.BackupSources...)
 }
 
 // BackupJobReconciler, RestoreJobReconciler and BackupReconciler expose the kit's reconcilers,

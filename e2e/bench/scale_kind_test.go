@@ -26,8 +26,8 @@ import (
 //     (no check is due: a Backup's first is a period after its creation).
 //   - "velero": driver-velero's. A VeleroBackupStrategy exists; each Backup is as the driver
 //     leaves a good one, and its velero.io Backup exists, Completed, as the driver leaves it (its
-//     run, record and checksum annotations), so the driver's check finds the artifact present.
-//     One more request per Backup.
+//     run, record and checksum annotations, labelled settled): the driver caches none of them,
+//     and its check of a Backup whose artifact was seen present makes no request.
 //   - unset: a third party's, which no component of the bench runs.
 var scaleKind = os.Getenv("COFFER_BENCH_SCALE_KIND")
 
@@ -45,6 +45,7 @@ const (
 	jobDriver, jobFinalizer       = "coffer-driver-job", "jobdriver.backups.cozystack.io/cleanup"
 	veleroDriver, veleroFinalizer = "coffer-driver-velero", "velerodriver.backups.cozystack.io/artifact"
 	veleroRunAnnotation           = "velerodriver.backups.cozystack.io/run"
+	veleroSettled                 = "velerodriver.backups.cozystack.io/settled"
 )
 
 // scaleStrategy is the strategy the bench's Backups name.
@@ -126,7 +127,7 @@ func createScaleKind(ctx context.Context, cl client.Client) error {
 }
 
 // veleroBackupOf is the velero.io Backup behind a Backup of driver-velero, as the driver leaves it
-// (labels of its run; its run, record and checksum annotations; the namespace it holds), and its
+// (labels of its run, and settled; its run, record and checksum annotations; the namespace it holds), and its
 // status, Completed, which is created with it.
 func veleroBackupOf(b *backupsv1.Backup) (*unstructured.Unstructured, map[string]any) {
 	record, err := backupsv1.NewArtifactRecord(b, backupsv1.SourceCluster{ID: "00000000-0000-4000-8000-000000000001", Name: "coffer-scale"})
@@ -142,7 +143,7 @@ func veleroBackupOf(b *backupsv1.Backup) (*unstructured.Unstructured, map[string
 		"metadata": map[string]any{
 			"name": b.Spec.DriverMetadata[veleroapi.MetaBackupName], "namespace": veleroapi.DefaultVeleroNamespace,
 			"labels": map[string]any{backupsv1.LabelBackupJob: b.Name, backupsv1.LabelBackupJobNamespace: b.Namespace,
-				backupsv1.LabelBackupJobUID: b.Labels[backupsv1.LabelBackupJobUID], backupsv1.LabelManagedBy: veleroDriver},
+				backupsv1.LabelBackupJobUID: b.Labels[backupsv1.LabelBackupJobUID], backupsv1.LabelManagedBy: veleroDriver, veleroSettled: "true"},
 			"annotations": map[string]any{veleroRunAnnotation: b.Namespace + "/" + b.Name,
 				veleroapi.AnnotationRecord: string(text), backupsv1.AnnotationChecksum: b.Status.Artifact.Checksum},
 		},

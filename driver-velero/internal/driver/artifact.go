@@ -28,14 +28,19 @@ const ReasonAbsenceUnconfirmed = "AbsenceUnconfirmed"
 // into place), it carries driverMetadata and the finalizer, but the Velero backup was made for the
 // original. A copy never deletes or judges the artifact. An imported Backup is no copy: the
 // catalog that made it found the Velero backup (and deletes it only once an admin adopted it).
-// vb is nil when the Velero backup does not exist.
-func (d *Driver) veleroBackupOf(ctx context.Context, b *backupsv1.Backup) (key client.ObjectKey, vb *velerov1.Backup, copied bool, err error) {
-	key = client.ObjectKey{Namespace: b.Spec.DriverMetadata[names.MetaNamespace], Name: b.Spec.DriverMetadata[names.MetaBackupName]}
+// vb is nil when the Velero backup does not exist. The cache holds no settled Velero backup
+// (settle.go): one missing from it is read from the API server, unless trustMiss, when it is taken
+// for a settled one and vb is nil.
+func (d *Driver) veleroBackupOf(ctx context.Context, b *backupsv1.Backup, trustMiss bool) (key client.ObjectKey, vb *velerov1.Backup, copied bool, err error) {
+	key = veleroKey(b)
 	if key.Name == "" {
 		return key, nil, false, nil
 	}
 	vb = &velerov1.Backup{}
 	err = d.Client.Get(ctx, key, vb)
+	if apierrors.IsNotFound(err) && !trustMiss {
+		err = d.plans().Get(ctx, key, vb)
+	}
 	if apierrors.IsNotFound(err) {
 		return key, nil, false, nil
 	}
@@ -52,12 +57,22 @@ func (d *Driver) veleroBackupOf(ctx context.Context, b *backupsv1.Backup) (key c
 // once the storage location has synced since it was first seen (Velero's sync found no such
 // backup in storage); until then the answer is Unknown (ArtifactAbsenceUnconfirmed). The kit
 // confirms it once more after its delay before the Backup counts as missing.
+//
+// A settled Velero backup is not in the cache: a Backup whose artifact was present at its last
+// check and whose Velero backup has not changed since (trustsAbsence) is left as it is (nil), with
+// no request; otherwise it is read from the API server. A completed Velero backup of a Ready
+// Backup found in the cache is settled.
 func (d *Driver) CheckArtifact(ctx context.Context, b *backupsv1.Backup) (*metav1.Condition, error) {
-	key, vb, copied, err := d.veleroBackupOf(ctx, b)
-	if err != nil || copied || key.Name == "" {
+	trust := d.trustsAbsence(b)
+	key, vb, copied, err := d.veleroBackupOf(ctx, b, trust)
+	if err != nil || copied || key.Name == "" || (vb == nil && trust) {
 		return nil, err
 	}
 	if vb != nil && vb.Status.Phase != velerov1.BackupPhaseDeleting {
+		d.suspects.clear(client.ObjectKeyFromObject(b))
+		if err := d.settle(ctx, b, vb); err != nil {
+			return nil, err
+		}
 		return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue, Reason: backupsv1.ReasonArtifactPresent,
 			Message: fmt.Sprintf("Velero backup %s is stored in location %s", key, b.Spec.DriverMetadata[names.MetaStorageLocation])}, nil
 	}
@@ -118,7 +133,7 @@ const deleteRequestPoll = 2 * time.Second
 // DeleteArtifact asks Velero to delete the backup and its data through a DeleteBackupRequest (a
 // plain delete would be resurrected by Velero's storage sync); done once the Velero backup is gone.
 func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (driverkit.DeleteOutcome, error) {
-	key, vb, copied, err := d.veleroBackupOf(ctx, b)
+	key, vb, copied, err := d.veleroBackupOf(ctx, b, false)
 	if err != nil {
 		return driverkit.DeleteOutcome{}, err
 	}

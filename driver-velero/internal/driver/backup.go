@@ -129,12 +129,17 @@ func (d *Driver) complete(ctx context.Context, run *driverkit.BackupRun[Strategy
 			return nil, err
 		}
 	}
-	if vb.Annotations[backupsv1.AnnotationChecksum] != artifact.Checksum {
+	// Measured, the Velero backup is settled (settle.go) with the same write: the Backup made
+	// from it next needs nothing more of it than a watch of its going.
+	if settle := d.settles() && vb.Labels[names.LabelSettled] != "true"; settle || vb.Annotations[backupsv1.AnnotationChecksum] != artifact.Checksum {
 		orig := vb.DeepCopy()
 		if vb.Annotations == nil {
 			vb.Annotations = map[string]string{}
 		}
 		vb.Annotations[backupsv1.AnnotationChecksum] = artifact.Checksum
+		if settle {
+			markSettled(vb)
+		}
 		if err := d.Client.Patch(ctx, vb, client.MergeFrom(orig)); err != nil {
 			return nil, fmt.Errorf("recording the checksum on velero backup %s: %w", vb.Name, err)
 		}

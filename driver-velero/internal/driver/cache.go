@@ -1,7 +1,9 @@
 package driver
 
 import (
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
@@ -22,10 +24,12 @@ var cacheAnnotations = cachetrim.Merge(driverkit.CacheAnnotations, cachetrim.Kee
 // CacheOptions trim every cached object to what the driver reads (docs/security.md, "Bounds and
 // caches"): no managedFields and only cacheAnnotations; of the Backups only those of the driver's
 // strategy kind are cached, cut to what the kit and CheckArtifact decide from
-// (driverkit.TrimBackup), of their driverMetadata only where the Velero backup is. The driver
+// (driverkit.TrimBackup), of their driverMetadata only where the Velero backup is; of the Velero
+// backups only those not settled (settle.go). The driver
 // writes cached objects only with Patch and Status().Patch, and a Backup's status only from a copy
 // read uncached, so nothing dropped is written back.
 func CacheOptions() cache.Options {
 	trim := driverkit.BackupTrimmer(names.MetaNamespace, names.MetaBackupName, names.MetaStorageLocation)
-	return driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, trim)}, Kind)
+	return driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, trim),
+		ByObject: map[client.Object]cache.ByObject{&velerov1.Backup{}: {Label: unsettledSelector()}}}, Kind)
 }

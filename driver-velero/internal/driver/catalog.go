@@ -49,8 +49,11 @@ type Catalog struct {
 // the updates of Velero backups do not.
 func (c *Catalog) SetupWithManager(mgr ctrl.Manager) error {
 	recorded := predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return e.Object.GetAnnotations()[veleroapi.AnnotationRecord] != "" },
-		DeleteFunc:  func(e event.DeleteEvent) bool { return e.Object.GetAnnotations()[veleroapi.AnnotationRecord] != "" },
+		CreateFunc: func(e event.CreateEvent) bool { return e.Object.GetAnnotations()[veleroapi.AnnotationRecord] != "" },
+		// A backup settled (settle.go) leaves the cache; it is this cluster's own, not gone.
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			return e.Object.GetAnnotations()[veleroapi.AnnotationRecord] != "" && e.Object.GetLabels()[names.LabelSettled] != "true"
+		},
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
@@ -73,7 +74,11 @@ type Driver struct {
 	Live client.Reader
 	// Cache, when set, is the cache Client reads: a catalog sync walks the Backups it imported
 	// before in its store (driverkit.Catalog.Cache). Setup sets the manager's when it sets Client.
-	Cache    cache.Cache
+	Cache cache.Cache
+	// Watcher lists and watches the settled Velero backups, which the cache does not hold
+	// (SettledSource). Setup sets one on the manager's config. The driver settles Velero backups
+	// only with a Watcher and Live.
+	Watcher  client.WithWatch
 	Recorder events.EventRecorder
 	// HTTP downloads backup tarballs from the object store (presigned URLs).
 	HTTP *http.Client
@@ -82,7 +87,8 @@ type Driver struct {
 	// ArtifactConfirmDelay is the kit's Kit.ArtifactConfirmDelay (zero: its default).
 	ArtifactConfirmDelay time.Duration
 
-	kit *Kit // the kit running this driver (New sets it): records of artifacts
+	kit      *Kit     // the kit running this driver (New sets it): records of artifacts
+	suspects suspects // Backups whose settled Velero backup changed or went (settle.go)
 }
 
 var _ driverkit.Driver[Strategy] = (*Driver)(nil)
@@ -120,7 +126,10 @@ func New(d *Driver) *Kit {
 		// A Coffer Backup has its BackupJob's namespace and name, which its Velero objects name.
 		BackupJobWatches:  []driverkit.Watch{{Object: &velerov1.Backup{}, Handler: toRun}},
 		RestoreJobWatches: []driverkit.Watch{{Object: &velerov1.Restore{}, Handler: toRun}},
-		BackupWatches:     []driverkit.Watch{{Object: &velerov1.Backup{}, Handler: toRun}, {Object: &velerov1.DeleteBackupRequest{}, Handler: toRun}},
+		BackupWatches:     []driverkit.Watch{{Object: &velerov1.Backup{}, Handler: d.goneOrSettled(toRun)}, {Object: &velerov1.DeleteBackupRequest{}, Handler: toRun}},
+	}
+	if src := d.SettledSource(); src != nil {
+		d.kit.BackupSources = []source.Source{src}
 	}
 	return d.kit
 }
@@ -133,6 +142,13 @@ func Setup(mgr ctrl.Manager, d *Driver, clusterName string) error {
 	}
 	if d.Live == nil {
 		d.Live = mgr.GetAPIReader()
+	}
+	if d.Watcher == nil {
+		w, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
+		if err != nil {
+			return err
+		}
+		d.Watcher = w
 	}
 	if d.Recorder == nil {
 		d.Recorder = mgr.GetEventRecorder(names.DriverName)

@@ -25,6 +25,12 @@ const AnnotationRun = "velerodriver.backups.cozystack.io/run"
 // it asked Velero to delete the backup.
 const AnnotationDeleteRequest = "velerodriver.backups.cozystack.io/delete-request"
 
+// LabelSettled ("true") on a velero.io Backup the driver made marks it settled: Velero completed
+// it and its Coffer Backup was made. The driver caches only the Velero backups without it (a
+// settled one changes only when it goes), and learns of a settled one's change or deletion from a
+// watch that keeps nothing (driver.SettledSource).
+const LabelSettled = "velerodriver.backups.cozystack.io/settled"
+
 // Driver metadata keys the driver writes on a Coffer Backup.
 const (
 	MetaBackupName      = velerodriverv1.MetaBackupName

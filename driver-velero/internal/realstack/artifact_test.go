@@ -31,6 +31,7 @@ func TestVeleroBackupGoneForAMomentIsNotLost(t *testing.T) {
 	vbKey := client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroBackup(job)}
 	vb := &velerov1.Backup{}
 	require.NoError(t, cl.Get(ctx, vbKey, vb))
+	require.Equal(t, "true", vb.Labels[names.LabelSettled], "the running driver settled it")
 	b := &backupsv1.Backup{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: job.Name}, b))
 	found := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
@@ -54,4 +55,10 @@ func TestVeleroBackupGoneForAMomentIsNotLost(t *testing.T) {
 		return c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(found.LastTransitionTime.Time), nil
 	})
 	require.NoError(t, cl.Get(ctx, vbKey, &velerov1.Backup{}), "Velero's sync brought the backup back from storage")
+	// Brought back without the label (storage holds the backup as Velero completed it), it is
+	// settled again.
+	waitFor(t, "the backup brought back to be settled again", time.Minute, func(ctx context.Context) (bool, error) {
+		err := cl.Get(ctx, vbKey, vb)
+		return vb.Labels[names.LabelSettled] == "true", err
+	})
 }

@@ -1,0 +1,108 @@
+package realstack
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/driver"
+	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+)
+
+// TestSettledVeleroBackups: the Velero backup of a finished run is settled and leaves the running
+// driver's cache, while its Backup stays ArtifactAvailable=True; a pass over the settled backups
+// finds the Ready Backup whose Velero backup went while nothing watched (and not the one whose
+// backup is settled); the watch of the settled backups wakes the Backup of one that changes, and
+// its check, made from the API server, leaves it True.
+func TestSettledVeleroBackups(t *testing.T) {
+	ctx := context.Background()
+	shop(t, managedNS, "shop")
+	job := backupJob(managedNS, "settled-1", "velero", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+	waitJob(t, job)
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	vbKey := client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroBackup(job)}
+	vb := &velerov1.Backup{}
+	require.NoError(t, cl.Get(ctx, vbKey, vb))
+	assert.Equal(t, "true", vb.Labels[names.LabelSettled], "a completed and measured Velero backup is settled")
+	waitFor(t, "the running driver's cache to let the settled backup go", 30*time.Second, func(ctx context.Context) (bool, error) {
+		err := running.Client.Get(ctx, vbKey, &velerov1.Backup{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	own := &backupsv1.Backup{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: managedNS, Name: job.Name}, own))
+	available := func() *metav1.Condition {
+		b := &backupsv1.Backup{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(own), b))
+		return meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable)
+	}
+	before := available()
+	require.NotNil(t, before)
+	require.Equal(t, metav1.ConditionTrue, before.Status, before.Message)
+
+	// A Ready Backup whose Velero backup is gone, in a namespace the running driver does not
+	// watch: as if it went while the driver was down.
+	elsewhere := "settled-" + strings.ToLower(time.Now().Format("150405"))
+	require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}}))
+	forged := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "went", Namespace: elsewhere}, Spec: *own.Spec.DeepCopy()}
+	forged.Spec.DriverMetadata[names.MetaBackupName] = "went-while-nothing-watched"
+	require.NoError(t, cl.Create(ctx, forged))
+	forged.Status = *own.Status.DeepCopy()
+	require.NoError(t, cl.Status().Update(ctx, forged))
+
+	watcher, err := client.NewWithWatch(c.Config, client.Options{Scheme: sch})
+	require.NoError(t, err)
+	d := &driver.Driver{Client: cl, Live: cl, Watcher: watcher, Recorder: &events.FakeRecorder{}, HTTP: http.DefaultClient, DownloadTimeout: time.Minute}
+	driver.New(d)
+	var suspects []reconcile.Request
+	rv, err := d.SettledPass(ctx, func(r reconcile.Request) { suspects = append(suspects, r) })
+	require.NoError(t, err)
+	assert.NotEmpty(t, rv)
+	assert.Contains(t, suspects, requestFor(forged), "the Backup whose Velero backup went is suspect")
+	assert.NotContains(t, suspects, requestFor(own), "a Backup whose Velero backup is settled is not")
+
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	require.NoError(t, d.SettledSource().Start(wctx, q))
+	// The pass the source starts with suspects the forged Backup again; then a change of the
+	// settled backup wakes its Backup.
+	waitFor(t, "the source's pass", 30*time.Second, func(context.Context) (bool, error) { return q.Len() > 0, nil })
+	orig := vb.DeepCopy()
+	vb.Annotations["coffer-test/touched"] = "yes"
+	require.NoError(t, cl.Patch(ctx, vb, client.MergeFrom(orig)))
+	seen := map[reconcile.Request]bool{}
+	waitFor(t, "the watch to wake the changed backup's Backup", 30*time.Second, func(context.Context) (bool, error) {
+		for q.Len() > 0 {
+			r, _ := q.Get()
+			seen[r] = true
+			q.Done(r)
+		}
+		return seen[requestFor(own)], nil
+	})
+	assert.True(t, seen[requestFor(forged)])
+
+	// The running driver was woken too, read the backup from the API server and found it.
+	time.Sleep(3 * time.Second)
+	after := available()
+	require.NotNil(t, after)
+	assert.Equal(t, metav1.ConditionTrue, after.Status, after.Message)
+	assert.Equal(t, before.LastTransitionTime, after.LastTransitionTime, "no transition")
+}
