@@ -73,6 +73,10 @@ func TestEachCached(t *testing.T) {
 					assert.Empty(t, picked)
 				}
 			}
+			// A field selector cannot be walked: refused, not ignored.
+			err = driverkit.EachBackup(ctx, c, c, func(*backupsv1.Backup) { t.Error("a walk with a field selector called fn") },
+				client.MatchingFields{"metadata.name": want[0]})
+			assert.ErrorContains(t, err, "namespace and labels only")
 		})
 	}
 }

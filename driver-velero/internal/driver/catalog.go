@@ -107,68 +107,68 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy, progress driverkit.P
 	if err != nil {
 		return driverkit.CatalogResult{}, "", err
 	}
-	// Read only: the cache's own objects (a deep copy of each, every sync, would double what the
-	// cache holds), and what is kept of them is copied (the records are parsed anew).
-	vbs := &velerov1.BackupList{}
-	if err := d.Client.List(ctx, vbs, client.InNamespace(veleroNamespace(strat)), client.UnsafeDisableDeepCopy); err != nil {
-		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Velero backups of namespace %s: %w", veleroNamespace(strat), err)
-	}
-	// What earlier syncs measured is on the Backups they imported: measured once per record.
-	imported := &backupsv1.BackupList{}
-	if err := d.Client.List(ctx, imported, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(strat.Name)},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Backups of catalog %s: %w", strat.Name, err)
-	}
+	// What earlier syncs measured is on the Backups they imported: measured once per record. The
+	// cache's own objects are walked, read only (a copy of each, every sync, would double what the
+	// cache holds; the records are parsed anew).
 	measured := map[string]*backupsv1.BackupArtifact{} // record location → artifact
-	for i := range imported.Items {
-		b := &imported.Items[i]
+	if err := driverkit.EachBackup(ctx, d.Cache, d.Client, func(b *backupsv1.Backup) {
 		if b.Status.Artifact != nil && b.Labels[backupsv1.LabelManagedBy] == names.DriverName {
 			measured[b.Annotations[backupsv1.AnnotationRecord]] = b.Status.Artifact
 		}
+	}, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(strat.Name)}); err != nil {
+		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Backups of catalog %s: %w", strat.Name, err)
 	}
 	skipped := map[string]string{}
 	var (
 		entries   []driverkit.CatalogEntry
 		toMeasure []measurement
 	)
-	for i := range vbs.Items {
-		vb := &vbs.Items[i]
+	err = driverkit.Each(ctx, d.Cache, d.Client, &velerov1.Backup{}, &velerov1.BackupList{}, func(o client.Object) bool {
+		vb, ok := o.(*velerov1.Backup)
+		if !ok {
+			return true
+		}
 		text, ok := vb.Annotations[veleroapi.AnnotationRecord]
 		if !ok || (src.StorageLocation != "" && vb.Spec.StorageLocation != src.StorageLocation) || vb.Status.Phase == velerov1.BackupPhaseDeleting {
-			continue
+			return true
 		}
 		location := "velero backup " + vb.Namespace + "/" + vb.Name
 		r, err := backupsv1.ParseRecordTemplate([]byte(text))
 		if err != nil {
 			skipped[location] = err.Error()
-			continue
+			return true
 		}
 		if r.SourceCluster.ID == self.ID {
 			entries = append(entries, driverkit.CatalogEntry{Record: r, Location: location}) // counted as own, never imported
-			continue
+			return true
 		}
 		if vb.Status.Phase != velerov1.BackupPhaseCompleted && vb.Status.Phase != velerov1.BackupPhasePartiallyFailed {
 			skipped[location] = fmt.Sprintf("the Velero backup is %s, not Completed", orUnknown(string(vb.Status.Phase)))
-			continue
+			return true
 		}
 		// The driver confines each backup to its run's namespace: a record that names another
 		// namespace than the backup holds is not one it wrote.
 		if len(vb.Spec.IncludedNamespaces) != 1 || vb.Spec.IncludedNamespaces[0] != r.Namespace {
 			skipped[location] = fmt.Sprintf("the record is of a Backup in namespace %s, but the Velero backup holds %v", r.Namespace, vb.Spec.IncludedNamespaces)
-			continue
+			return true
 		}
 		// Where the Velero backup is here, whatever the record says: restores read this one.
 		r.Spec.DriverMetadata = veleroMetadata(client.ObjectKeyFromObject(vb), vb.Spec.StorageLocation)
 		r.Spec.DriverMetadata[names.MetaSourceNamespace] = r.Namespace
 		if vb.Status.StartTimestamp != nil { // as the source's Backup has it (complete)
-			r.Spec.TakenAt = *vb.Status.StartTimestamp
+			r.Spec.TakenAt = *vb.Status.StartTimestamp.DeepCopy()
 		}
 		entries = append(entries, driverkit.CatalogEntry{Record: r, Location: location})
 		if a := measured[location]; a != nil {
 			r.Artifact = *a
 		} else {
+			// The measurement reads the cached object during this sync, and never changes it.
 			toMeasure = append(toMeasure, measurement{vb, entries[len(entries)-1]})
 		}
+		return true
+	}, client.InNamespace(veleroNamespace(strat)))
+	if err != nil {
+		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Velero backups of namespace %s: %w", veleroNamespace(strat), err)
 	}
 	failed := c.measureAll(ctx, toMeasure)
 	all := make([]driverkit.CatalogEntry, 0, len(entries)+len(skipped))
