@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"slices"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
@@ -60,7 +61,12 @@ func CacheBackupsOf(opts cache.Options, k StrategyKind) cache.Options {
 // a Backup's status or releases it, it reads the Backup uncached (Kit.APIReader) and computes the
 // patch from that copy, with an optimistic lock. A driver does the same, or patches only the
 // fields it owns (a merge patch of one annotation).
-func TrimBackup(obj any, keep ...string) {
+func TrimBackup(obj any, keep ...string) { trimBackup(obj, keep, nil) }
+
+// trimBackup is TrimBackup keeping the driverMetadata keys shared and own; the values of own's
+// name each Backup's own object and are not interned (interning a string no other object holds
+// costs the intern table's entry and saves nothing).
+func trimBackup(obj any, shared, own []string) {
 	b, ok := obj.(*backupsv1.Backup)
 	if !ok {
 		return
@@ -85,12 +91,15 @@ func TrimBackup(obj any, keep ...string) {
 	ref := b.Spec.StrategyRef
 	kept.Spec.StrategyRef = corev1.TypedLocalObjectReference{APIGroup: cachetrim.InternPtr(ref.APIGroup), Kind: cachetrim.Intern(ref.Kind), Name: cachetrim.Intern(ref.Name)}
 	var md map[string]string
-	for _, k := range keep {
+	for i, k := range slices.Concat(shared, own) {
 		if v, ok := b.Spec.DriverMetadata[k]; ok {
 			if md == nil {
 				md = map[string]string{}
 			}
-			md[cachetrim.Intern(k)] = cachetrim.Intern(v)
+			if i < len(shared) {
+				v = cachetrim.Intern(v)
+			}
+			md[cachetrim.Intern(k)] = v
 		}
 	}
 	kept.Spec.DriverMetadata = cachetrim.InternMap(md)
@@ -112,4 +121,11 @@ func TrimBackup(obj any, keep ...string) {
 // transform (cachetrim.Transform(annotations, driverkit.BackupTrimmer(...))).
 func BackupTrimmer(keep ...string) func(obj any) {
 	return func(obj any) { TrimBackup(obj, keep...) }
+}
+
+// BackupTrimmerOwn is BackupTrimmer keeping the driverMetadata keys shared, whose values many
+// Backups share (a namespace, a location), and own, whose values are each Backup's own (the name
+// of its backend object): those are kept as they are, not interned.
+func BackupTrimmerOwn(shared, own []string) func(obj any) {
+	return func(obj any) { trimBackup(obj, shared, own) }
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -381,4 +382,17 @@ func TestATrimmedImportedBackupKeepsWhatTheCatalogReads(t *testing.T) {
 	assert.Equal(t, b.UID, trimmed.UID)
 	assert.True(t, trimmed.Imported())
 	assert.True(t, trimmed.Adopted())
+}
+
+// TestTrimmerKeepsOwnValuesAsTheyAre: BackupTrimmerOwn keeps the shared and own driverMetadata
+// keys and drops the others; a shared value becomes the interned copy, an own value (each
+// Backup's own name) stays the string decoded with the object, never entered in the intern table.
+func TestTrimmerKeepsOwnValuesAsTheyAre(t *testing.T) {
+	name := strings.Clone("velero-backup-of-this-backup-only")
+	b := &backupsv1.Backup{Spec: backupsv1.BackupSpec{DriverMetadata: map[string]string{
+		"namespace": strings.Clone("velero"), "backupName": name, "other": "dropped"}}}
+	driverkit.BackupTrimmerOwn([]string{"namespace"}, []string{"backupName"})(b)
+	assert.Equal(t, map[string]string{"namespace": "velero", "backupName": name}, b.Spec.DriverMetadata)
+	assert.Same(t, unsafe.StringData(cachetrim.Intern("velero")), unsafe.StringData(b.Spec.DriverMetadata["namespace"]), "a shared value is interned")
+	assert.Same(t, unsafe.StringData(name), unsafe.StringData(b.Spec.DriverMetadata["backupName"]), "an own value is kept as decoded")
 }

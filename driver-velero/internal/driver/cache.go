@@ -29,7 +29,7 @@ var cacheAnnotations = cachetrim.Merge(driverkit.CacheAnnotations, cachetrim.Kee
 // writes cached objects only with Patch and Status().Patch, and a Backup's status only from a copy
 // read uncached, so nothing dropped is written back.
 func CacheOptions() cache.Options {
-	trim := driverkit.BackupTrimmer(names.MetaNamespace, names.MetaBackupName, names.MetaStorageLocation)
+	trim := driverkit.BackupTrimmerOwn([]string{names.MetaNamespace, names.MetaStorageLocation}, []string{names.MetaBackupName})
 	return driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cachetrim.Transform(cacheAnnotations, trim),
 		ByObject: map[client.Object]cache.ByObject{&velerov1.Backup{}: {Label: unsettledSelector()}}}, Kind)
 }
