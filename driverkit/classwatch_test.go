@@ -2,6 +2,7 @@ package driverkit_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,7 +110,7 @@ func TestABackupDeletedWakesItsRunningRestore(t *testing.T) {
 
 // startKit runs a kit of the fixture's driver in a manager on the API server until the test ends,
 // and returns the manager's context once its caches have synced.
-func (f *fixture) startKit() context.Context {
+func (f *fixture) startKit(tune ...func(*driverkit.Kit[S])) context.Context {
 	t := f.t
 	t.Helper()
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme,
@@ -120,6 +121,9 @@ func (f *fixture) startKit() context.Context {
 	require.NoError(t, err)
 	kit := &driverkit.Kit[S]{Name: driverName, Strategy: f.kit.Strategy, NewStrategy: newStrategyObject,
 		Finalizer: finalizer, Driver: f.driver, Clock: f.clock, Recorder: f.events}
+	for _, fn := range tune {
+		fn(kit)
+	}
 	require.NoError(t, kit.SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -127,4 +131,42 @@ func (f *fixture) startKit() context.Context {
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
 	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
 	return ctx
+}
+
+// A Backup the driver calls unremarkable (Kit.Unremarkable) is not queued when the cache hands it
+// over at start, and is looked at once it changes; the others are looked at from the start.
+func TestUnremarkableBackupsAreNotQueuedAtStart(t *testing.T) {
+	f := newFixture(t)
+	quiet, other := f.readyBackup(), f.readyBackup()
+	var mu sync.Mutex
+	checked := map[string]int{}
+	driver := &checking{script: f.driver, check: func(b *backupsv1.Backup) *metav1.Condition {
+		mu.Lock()
+		defer mu.Unlock()
+		checked[b.Name]++
+		return nil
+	}}
+	count := func(name string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return checked[name]
+	}
+	ctx := f.startKit(func(k *driverkit.Kit[S]) {
+		k.Driver = driver
+		k.Unremarkable = func(b *backupsv1.Backup) bool { return b.Name == quiet.Name }
+	})
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return count(other.Name) > 0, nil
+	}), "the other Backup was not looked at")
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return reconciles(t, driverName+"-backup") >= 1, nil
+	}))
+	require.Zero(t, count(quiet.Name), "the unremarkable Backup was looked at on its way into the cache")
+
+	f.get(quiet)
+	quiet.Annotations = map[string]string{"touched": "yes"}
+	require.NoError(t, cl.Update(f.ctx, quiet))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return count(quiet.Name) > 0, nil
+	}), "a change of the unremarkable Backup was not looked at")
 }

@@ -130,6 +130,7 @@ func New(d *Driver) *Kit {
 	}
 	if src := d.SettledSource(); src != nil {
 		d.kit.BackupSources = []source.Source{src}
+		d.kit.Unremarkable = d.unremarkable
 	}
 	return d.kit
 }

@@ -117,6 +117,14 @@ func (d *Driver) goneOrSettled(h handler.EventHandler) handler.EventHandler {
 	}
 }
 
+// unremarkable reports whether a look at Backup b would leave it as it is (Kit.Unremarkable): it is
+// Ready and its check trusts the absence of its Velero backup from the cache (trustsAbsence). At
+// start the settled pass makes suspect, and queues, those whose Velero backup went meanwhile.
+// (A look at one whose Velero backup is cached, unsettled, would settle it: left to its next look.)
+func (d *Driver) unremarkable(b *backupsv1.Backup) bool {
+	return b.Status.Phase == backupsv1.BackupReady && d.trustsAbsence(b)
+}
+
 // settle labels vb settled, when the driver settles and vb is the completed backup of Ready Backup
 // b, made by this driver for b (not a copy's, not an imported one's: a catalog reads those from
 // the cache).
