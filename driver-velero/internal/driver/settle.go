@@ -150,10 +150,10 @@ func markSettled(vb *velerov1.Backup) {
 }
 
 // SettledSource is the source of the Backup controller's requests for the Backups whose settled
-// Velero backup changed or went: a pass that pages through the settled backups (metadata only)
-// and compares them with the cached Backups, then a watch of the settled backups from the pass's
-// resource version that keeps nothing. A watch that ends (its resource version expired, the API
-// server gone) is followed by another pass. Nil when the driver does not settle.
+// Velero backup changed or went: a watch of the settled backups that keeps nothing and, once it
+// runs, a pass that pages through them (metadata only) and compares them with the cached Backups
+// (watchAndPass). A watch that ends (its resource version expired, the API server gone) is
+// followed by another watch and pass. Nil when the driver does not settle.
 func (d *Driver) SettledSource() source.Source {
 	if !d.settles() {
 		return nil
@@ -178,13 +178,10 @@ func (s settledSource) run(ctx context.Context, q workqueue.TypedRateLimitingInt
 	const maxDelay = time.Minute
 	delay := time.Second
 	for {
-		rv, err := s.d.SettledPass(ctx, suspect)
-		if err == nil {
-			began := time.Now()
-			err = s.d.watchSettled(ctx, rv, suspect)
-			if time.Since(began) > maxDelay {
-				delay = time.Second
-			}
+		began := time.Now()
+		err := s.d.watchAndPass(ctx, suspect)
+		if time.Since(began) > maxDelay {
+			delay = time.Second
 		}
 		if ctx.Err() != nil {
 			return
@@ -255,9 +252,33 @@ func keyHash(seed maphash.Seed, namespace, name string) uint64 {
 	return h.Sum64()
 }
 
-// watchSettled watches the settled Velero backups from resource version rv until the watch ends:
-// the Backup of one modified or gone is suspect.
-func (d *Driver) watchSettled(ctx context.Context, rv string, suspect func(reconcile.Request)) error {
+// watchAndPass watches the settled Velero backups from the current resource version and, once
+// the watch runs, makes the pass (SettledPass) beside it: a backup gone before the watch began is
+// missing from the pass's list, which is read after; one gone after is the watch's. (A pass
+// first, then a watch from the pass's resource version, would need that version to be still
+// served when a long pass ends: at 100,000 backups the pass takes minutes.) It returns when the
+// watch ends or the pass fails.
+func (d *Driver) watchAndPass(ctx context.Context, suspect func(reconcile.Request)) error {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(velerov1.SchemeGroupVersion.WithKind("BackupList"))
+	if err := d.Watcher.List(ctx, list, &client.ListOptions{LabelSelector: settledSelector, Limit: 1}); err != nil {
+		return fmt.Errorf("reading the settled Velero backups' resource version: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	passed := make(chan error, 1)
+	return d.watchSettled(ctx, list.ResourceVersion, suspect, func() {
+		go func() {
+			_, err := d.SettledPass(ctx, suspect)
+			passed <- err
+		}()
+	}, passed)
+}
+
+// watchSettled watches the settled Velero backups from resource version rv until the watch ends
+// or passed says the pass failed: the Backup of one modified or gone is suspect. started is called
+// once the watch runs.
+func (d *Driver) watchSettled(ctx context.Context, rv string, suspect func(reconcile.Request), started func(), passed <-chan error) error {
 	lw := &toolscache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(velerov1.SchemeGroupVersion.WithKind("BackupList"))
@@ -269,10 +290,15 @@ func (d *Driver) watchSettled(ctx context.Context, rv string, suspect func(recon
 		return err
 	}
 	defer w.Stop()
+	started()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-passed:
+			if err != nil {
+				return err
+			}
 		case <-w.Done():
 			return errors.New("the watch ended")
 		case ev, ok := <-w.ResultChan():
