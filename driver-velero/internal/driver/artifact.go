@@ -102,16 +102,11 @@ type storageAnswer struct {
 	why       string // for messages
 }
 
-// absentFromStorage confirms that a Velero backup missing from the cluster's cache is not in its
-// storage location either: read uncached it is still missing, and the location (available) has
-// synced with its storage after since, so Velero's sync would have brought it back had its data
-// been there.
+// absentFromStorage confirms that a Velero backup missing from the cluster (its caller read it
+// from the API server: veleroBackupOf) is not in its storage location either: the location
+// (available) has synced with its storage after since, so Velero's sync would have brought it back
+// had its data been there.
 func (d *Driver) absentFromStorage(ctx context.Context, b *backupsv1.Backup, key client.ObjectKey, since metav1.Time) (storageAnswer, error) {
-	if err := d.plans().Get(ctx, key, &velerov1.Backup{}); err == nil {
-		return storageAnswer{why: "the cache is behind; it is there"}, nil
-	} else if !apierrors.IsNotFound(err) {
-		return storageAnswer{}, err
-	}
 	loc := b.Spec.DriverMetadata[names.MetaStorageLocation]
 	bsl := &velerov1.BackupStorageLocation{}
 	if err := d.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: loc}, bsl); apierrors.IsNotFound(err) || loc == "" {

@@ -200,24 +200,19 @@ func (s settledSource) run(ctx context.Context, q workqueue.TypedRateLimitingInt
 // namespace and name is kept: 100,000 of them in about 3 MB, where their names would take ten
 // times that) and makes suspect every Ready Backup of the driver whose Velero backup is neither
 // among them nor in the cache: one that went while nothing watched. (Two keys with one hash would
-// let a Backup pass unsuspected this once; at 100,000 backups the odds are below one in 10^9.) It
-// returns the list's resource version.
-func (d *Driver) SettledPass(ctx context.Context, suspect func(reconcile.Request)) (string, error) {
+// let a Backup pass unsuspected this once; at 100,000 backups the odds are below one in 10^9.)
+func (d *Driver) SettledPass(ctx context.Context, suspect func(reconcile.Request)) error {
 	if d.Cache != nil && !d.Cache.WaitForCacheSync(ctx) {
-		return "", ctx.Err()
+		return ctx.Err()
 	}
 	seed := maphash.MakeSeed()
 	settled := map[uint64]struct{}{}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(velerov1.SchemeGroupVersion.WithKind("BackupList"))
-	var rv string
 	for cont := ""; ; {
 		opts := &client.ListOptions{LabelSelector: settledSelector, Limit: settledPage, Continue: cont}
 		if err := d.Watcher.List(ctx, list, opts); err != nil {
-			return "", fmt.Errorf("listing the settled Velero backups: %w", err)
-		}
-		if rv == "" {
-			rv = list.ResourceVersion
+			return fmt.Errorf("listing the settled Velero backups: %w", err)
 		}
 		for i := range list.Items {
 			settled[keyHash(seed, list.Items[i].Namespace, list.Items[i].Name)] = struct{}{}
@@ -226,7 +221,7 @@ func (d *Driver) SettledPass(ctx context.Context, suspect func(reconcile.Request
 			break
 		}
 	}
-	err := driverkit.EachBackup(ctx, d.Cache, d.Client, func(b *backupsv1.Backup) {
+	return driverkit.EachBackup(ctx, d.Cache, d.Client, func(b *backupsv1.Backup) {
 		key := veleroKey(b)
 		if key.Name == "" || b.Status.Phase != backupsv1.BackupReady || !b.DeletionTimestamp.IsZero() {
 			return
@@ -239,7 +234,6 @@ func (d *Driver) SettledPass(ctx context.Context, suspect func(reconcile.Request
 		}
 		suspect(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
 	})
-	return rv, err
 }
 
 // keyHash hashes a namespace and a name.
@@ -269,8 +263,7 @@ func (d *Driver) watchAndPass(ctx context.Context, suspect func(reconcile.Reques
 	passed := make(chan error, 1)
 	return d.watchSettled(ctx, list.ResourceVersion, suspect, func() {
 		go func() {
-			_, err := d.SettledPass(ctx, suspect)
-			passed <- err
+			passed <- d.SettledPass(ctx, suspect)
 		}()
 	}, passed)
 }

@@ -13,7 +13,6 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
-	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // TestVeleroBackupGoneForAMomentIsNotLost deletes the velero.io Backup object behind a Ready
@@ -23,12 +22,7 @@ import (
 // ends True again.
 func TestVeleroBackupGoneForAMomentIsNotLost(t *testing.T) {
 	ctx := context.Background()
-	shop(t, managedNS, "shop")
-	job := backupJob(managedNS, "vanishing-1", "velero", "Shop")
-	require.NoError(t, cl.Create(ctx, job))
-	waitJob(t, job)
-	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
-	vbKey := client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroBackup(job)}
+	job, vbKey := succeededRun(t, "vanishing-1")
 	vb := &velerov1.Backup{}
 	require.NoError(t, cl.Get(ctx, vbKey, vb))
 	require.Equal(t, "true", vb.Labels[names.LabelSettled], "the running driver settled it")

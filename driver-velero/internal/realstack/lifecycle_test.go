@@ -70,6 +70,18 @@ func backupJob(ns, name, class, kind string) *backupsv1.BackupJob {
 	}
 }
 
+// succeededRun backs up the Shop of managedNS with a velero BackupJob named name and waits for it
+// to succeed; it returns the run and where its Velero backup is.
+func succeededRun(t *testing.T, name string) (*backupsv1.BackupJob, client.ObjectKey) {
+	t.Helper()
+	shop(t, managedNS, "shop")
+	job := backupJob(managedNS, name, "velero", "Shop")
+	require.NoError(t, cl.Create(context.Background(), job))
+	waitJob(t, job)
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	return job, client.ObjectKey{Namespace: velerostack.Namespace, Name: names.VeleroBackup(job)}
+}
+
 func waitJob(t *testing.T, j *backupsv1.BackupJob) {
 	waitFor(t, "BackupJob "+j.Name+" to finish", 3*time.Minute, func(ctx context.Context) (bool, error) {
 		return j.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(j), j)
@@ -433,15 +445,10 @@ func TestAdoptionAfterCrash(t *testing.T) {
 // DeleteBackupRequest from Velero's own GC): the Backup stays, marked ArtifactAvailable=False.
 func TestArtifactExpiredOutsideCoffer(t *testing.T) {
 	ctx := context.Background()
-	shop(t, managedNS, "shop")
-	job := backupJob(managedNS, "expiring-1", "velero", "Shop")
-	require.NoError(t, cl.Create(ctx, job))
-	waitJob(t, job)
-	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
-	vbName := names.VeleroBackup(job)
+	job, vbKey := succeededRun(t, "expiring-1")
 	require.NoError(t, cl.Create(ctx, &velerov1.DeleteBackupRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "ttl-expired", Namespace: velerostack.Namespace},
-		Spec:       velerov1.DeleteBackupRequestSpec{BackupName: vbName},
+		ObjectMeta: metav1.ObjectMeta{Name: "ttl-expired", Namespace: vbKey.Namespace},
+		Spec:       velerov1.DeleteBackupRequestSpec{BackupName: vbKey.Name},
 	}))
 	b := &backupsv1.Backup{}
 	waitFor(t, "the Backup to show its artifact gone", 3*time.Minute, func(ctx context.Context) (bool, error) {
