@@ -312,7 +312,15 @@ func (d *Driver) watchSettled(ctx context.Context, rv string, suspect func(recon
 	}
 }
 
-// veleroKey is where the Velero backup behind b is (its driver metadata).
+// veleroKey is where the Velero backup behind b is (its driver metadata; in the cache, the name
+// may be read from its artifact: trimBackup).
 func veleroKey(b *backupsv1.Backup) client.ObjectKey {
-	return client.ObjectKey{Namespace: b.Spec.DriverMetadata[names.MetaNamespace], Name: b.Spec.DriverMetadata[names.MetaBackupName]}
+	name := b.Spec.DriverMetadata[names.MetaBackupName]
+	if name == nameFromArtifact {
+		name = ""
+		if b.Status.Artifact != nil {
+			name = nameInArtifact(b.Status.Artifact.URI)
+		}
+	}
+	return client.ObjectKey{Namespace: b.Spec.DriverMetadata[names.MetaNamespace], Name: name}
 }
