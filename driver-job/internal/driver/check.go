@@ -174,6 +174,17 @@ func (d *Driver) outsideScope(ctx context.Context, b *backupsv1.Backup) (*metav1
 		Message: fmt.Sprintf("This Backup names an artifact outside its bucket and namespace: %v. The driver does not check, restore or delete it", err)}, nil
 }
 
+// unremarkable reports whether a look at Backup b would leave it as it is (Kit.Unremarkable): a
+// Ready Backup of this cluster whose artifact lies in its run's bucket and namespace. Its check
+// answers only from a finished check Job (CheckArtifact), and a check Job's own events queue its
+// Backup, at start too; the checks that fall due are started by StartDueChecks, which walks the
+// cache. At 100,000 Backups, not queueing a first look at each when the cache starts saves about
+// 40 MB of queue.
+func (d *Driver) unremarkable(b *backupsv1.Backup) bool {
+	return b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil && !b.Imported() &&
+		backupScope(b, nil).check(b.Status.Artifact.URI) == nil
+}
+
 // checkResult reads a finished check Job: the condition it found, or why it is inconclusive.
 func checkResult(b *backupsv1.Backup, j *batchv1.Job, out jobs.Outcome) (*metav1.Condition, string) {
 	if !out.Succeeded {

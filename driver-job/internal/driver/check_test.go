@@ -123,6 +123,36 @@ func (f *fixture) readyBackup(name string, next *time.Time) *backupsv1.Backup {
 	return b
 }
 
+// cached is b as the driver's cache holds it.
+func cached(t *testing.T, b *backupsv1.Backup) *backupsv1.Backup {
+	t.Helper()
+	c := b.DeepCopy()
+	_, err := driver.CacheTransform(c)
+	require.NoError(t, err)
+	return c
+}
+
+// TestUnremarkableBackupsAreLeftAsTheyAre: a Backup the driver does not queue when its cache
+// starts (Kit.Unremarkable) is one a look leaves as it is: no write, no Job. One of another cluster
+// or not Ready is queued.
+func TestUnremarkableBackupsAreLeftAsTheyAre(t *testing.T) {
+	f := newCheckFixture(t, nil)
+	d := f.checker(2)
+	b := f.readyBackup("unremarkable", nil)
+	require.True(t, d.Unremarkable(cached(t, b)))
+	reconcileOnce(t, f.backupReconcilerOf(d), b)
+	require.Equal(t, b.ResourceVersion, get(t, b).ResourceVersion, "a look wrote nothing")
+	require.Empty(t, f.jobsOf(names.KindBackupCheck))
+
+	imported := cached(t, b)
+	imported.Labels = map[string]string{backupsv1.LabelImported: "true"}
+	require.True(t, imported.Imported())
+	require.False(t, d.Unremarkable(imported), "an imported Backup's scope is its catalog's: queued")
+	running := cached(t, b)
+	running.Status.Phase = backupsv1.BackupPending
+	require.False(t, d.Unremarkable(running))
+}
+
 // setNextCheck writes the Backup's next-check annotation, as a user asking for a check would.
 func (f *fixture) setNextCheck(b *backupsv1.Backup, next time.Time) {
 	f.t.Helper()

@@ -135,6 +135,7 @@ func New(d *Driver, clk clock.PassiveClock) *Kit {
 		BackupJobWatches:  []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackupJob))}},
 		RestoreJobWatches: []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindRestoreJob))}},
 		BackupWatches:     []driverkit.Watch{{Object: &batchv1.Job{}, Handler: handler.EnqueueRequestsFromMapFunc(jobs.RunOf(names.KindBackup, names.KindBackupCheck))}},
+		Unremarkable:      d.unremarkable,
 	}
 	return d.kit
 }

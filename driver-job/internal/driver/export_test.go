@@ -1,4 +1,9 @@
 package driver
 
+import backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+
 // CacheTransform is the driver's cache transform, for tests that read as its cache does.
 var CacheTransform = cacheTransform()
+
+// Unremarkable is the driver's Kit.Unremarkable.
+func (d *Driver) Unremarkable(b *backupsv1.Backup) bool { return d.unremarkable(b) }

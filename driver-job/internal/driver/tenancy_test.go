@@ -166,6 +166,7 @@ func TestABackupOutsideItsScopeIsNotRestoredCheckedOrCleanedUp(t *testing.T) {
 	require.Empty(t, f.jobsOf(names.KindRestoreJob))
 
 	d := f.checker(2)
+	require.False(t, d.Unremarkable(cached(t, b)), "a look marks it: it is queued when the cache starts")
 	f.startDueChecks(d)
 	require.Empty(t, f.jobsOf(names.KindBackupCheck), "no check Job looks at another's object")
 	// An absence is confirmed by a second look some minutes later (driverkit); so is this.
