@@ -29,8 +29,8 @@ import (
 type Keep map[string]int
 
 // Transform returns a cache transform (controller-runtime's cache.Options.DefaultTransform,
-// client-go's TransformFunc) that drops managedFields and the annotations keep does not name, then
-// applies each of more to the object. Objects that are not Kubernetes objects (a deletion
+// client-go's TransformFunc) that drops managedFields and the annotations keep does not name (the
+// names of those kept are keep's strings), then applies each of more to the object. Objects that are not Kubernetes objects (a deletion
 // tombstone) pass unchanged.
 func Transform(keep Keep, more ...func(obj any)) func(any) (any, error) {
 	return func(obj any) (any, error) {
@@ -40,9 +40,11 @@ func Transform(keep Keep, more ...func(obj any)) func(any) (any, error) {
 		}
 		m.SetManagedFields(nil)
 		if a := m.GetAnnotations(); len(a) > 0 {
+			// The kept keys are keep's own strings, shared by every object: a key decoded with
+			// each object is a string of its own (tens of bytes a key and object).
 			var kept map[string]string
-			for k, v := range a {
-				if limit, ok := keep[k]; ok && len(v) <= limit {
+			for k, limit := range keep {
+				if v, ok := a[k]; ok && len(v) <= limit {
 					if kept == nil {
 						kept = map[string]string{}
 					}

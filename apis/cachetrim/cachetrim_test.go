@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,7 +21,7 @@ func TestTransform(t *testing.T) {
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 		Annotations: map[string]string{
 			"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 200<<10),
-			backupsv1.AnnotationScheduledTime:                  "2026-04-29T02:00:00Z",
+			strings.Clone(backupsv1.AnnotationScheduledTime):   "2026-04-29T02:00:00Z",      // a key of its own, as decoded
 			backupsv1.AnnotationAdopted:                        strings.Repeat("true", 100), // named, but longer than its bound
 		}},
 		Spec: backupsv1.RestoreJobSpec{Options: backupsv1.StringOptions(map[string]string{"targetNamespace": "b"})}}
@@ -30,6 +31,9 @@ func TestTransform(t *testing.T) {
 	got := out.(*backupsv1.RestoreJob)
 	assert.Nil(t, got.ManagedFields)
 	assert.Equal(t, map[string]string{backupsv1.AnnotationScheduledTime: "2026-04-29T02:00:00Z"}, got.Annotations)
+	for k := range got.Annotations {
+		assert.Equal(t, unsafe.StringData(backupsv1.AnnotationScheduledTime), unsafe.StringData(k), "a kept key is keep's string, not the decoded one")
+	}
 	assert.Equal(t, map[string]string{"team": "a"}, got.Labels, "labels are kept")
 	assert.Nil(t, got.Spec.Options)
 
