@@ -79,6 +79,12 @@ func trimBackup(obj any, shared, own []string) {
 		kept.Finalizers = append(kept.Finalizers, cachetrim.Intern(f))
 	}
 	if b.Imported() {
+		// The cluster an imported Backup comes from is alike on every Backup of a catalog.
+		for _, a := range []string{backupsv1.AnnotationSourceCluster, backupsv1.AnnotationSourceClusterName} {
+			if v, ok := kept.Annotations[a]; ok {
+				kept.Annotations[a] = cachetrim.Intern(v)
+			}
+		}
 		// Alike on every Backup of a catalog: one map shared among them.
 		labels := map[string]string{}
 		for _, l := range []string{backupsv1.LabelImported, backupsv1.LabelCatalog, backupsv1.LabelManagedBy} {

@@ -396,3 +396,22 @@ func TestTrimmerKeepsOwnValuesAsTheyAre(t *testing.T) {
 	assert.Same(t, unsafe.StringData(cachetrim.Intern("velero")), unsafe.StringData(b.Spec.DriverMetadata["namespace"]), "a shared value is interned")
 	assert.Same(t, unsafe.StringData(name), unsafe.StringData(b.Spec.DriverMetadata["backupName"]), "an own value is kept as decoded")
 }
+
+// TestTrimmedImportedBackupsShareTheirSourceCluster: the source cluster of an imported Backup,
+// alike on every Backup of a catalog, is one shared string in the cache; its record and source UID
+// are its own.
+func TestTrimmedImportedBackupsShareTheirSourceCluster(t *testing.T) {
+	record := strings.Clone("catalog/records/shop/nightly-1.json")
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{backupsv1.LabelImported: "true"},
+		Annotations: map[string]string{
+			backupsv1.AnnotationSourceCluster:     strings.Clone("3f1c0b9e-5d1e-4c1a-9c59-2a7c9e3d1b20"),
+			backupsv1.AnnotationSourceClusterName: strings.Clone("production"),
+			backupsv1.AnnotationSourceUID:         strings.Clone("8e0d4a8c-7a61-4f0e-b2cb-5f8f2d0c9a11"),
+			backupsv1.AnnotationRecord:            record,
+		}}}
+	driverkit.TrimBackup(b)
+	assert.Same(t, unsafe.StringData(cachetrim.Intern("3f1c0b9e-5d1e-4c1a-9c59-2a7c9e3d1b20")), unsafe.StringData(b.Annotations[backupsv1.AnnotationSourceCluster]))
+	assert.Same(t, unsafe.StringData(cachetrim.Intern("production")), unsafe.StringData(b.Annotations[backupsv1.AnnotationSourceClusterName]))
+	assert.Same(t, unsafe.StringData(record), unsafe.StringData(b.Annotations[backupsv1.AnnotationRecord]), "its own values are kept as decoded")
+	assert.Len(t, b.Annotations, 4)
+}
