@@ -113,8 +113,12 @@ func Apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructur
 // waitParamsSynced waits until the API server has synced the params of the policies that take
 // BackupClasses as params (coffer-backupclass-namespaces): until then it refuses every request
 // they match ("not yet synced to use for admission"). It asks with a BackupJob created as a
-// server-side dry run.
+// server-side dry run. A probe admitted may also mean the binding is not in effect yet (its
+// params are then synced after, refusing meanwhile), so it waits for paramsSettled admitted
+// probes in a row.
 func waitParamsSynced(ctx context.Context, c client.Client) error {
+	const paramsSettled = 30 // 3 s
+	admitted := 0
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		probe := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "backups.cozystack.io/v1alpha1", "kind": "BackupJob",
@@ -123,7 +127,10 @@ func waitParamsSynced(ctx context.Context, c client.Client) error {
 				"backupClassName": "params-probe"},
 		}}
 		err := c.Create(ctx, probe, client.DryRunAll)
-		return err == nil || !strings.Contains(err.Error(), "not yet synced"), nil
+		if admitted++; err != nil && strings.Contains(err.Error(), "not yet synced") {
+			admitted = 0
+		}
+		return admitted >= paramsSettled, nil
 	})
 }
 
