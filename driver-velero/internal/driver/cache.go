@@ -1,8 +1,8 @@
 package driver
 
 import (
-	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -38,9 +38,10 @@ func CacheOptions() cache.Options {
 }
 
 var (
-	sharedMetadata = []string{names.MetaNamespace, names.MetaStorageLocation}
-	trimShared     = driverkit.BackupTrimmerOwn([]string{names.MetaNamespace, names.MetaStorageLocation, names.MetaBackupName}, nil)
-	trimOwn        = driverkit.BackupTrimmerOwn(sharedMetadata, []string{names.MetaBackupName})
+	// locationMetadata is alike on every Backup of a backup storage location.
+	locationMetadata = []string{names.MetaNamespace, names.MetaStorageLocation}
+	trimShared       = driverkit.BackupTrimmerOwn(slices.Concat(locationMetadata, []string{names.MetaBackupName}), nil)
+	trimOwn          = driverkit.BackupTrimmerOwn(locationMetadata, []string{names.MetaBackupName})
 )
 
 // nameFromArtifact stands in a cached Backup's driverMetadata for the name of its Velero backup
@@ -63,9 +64,8 @@ func trimBackup(obj any) {
 		trimOwn(b)
 		return
 	}
-	md := maps.Clone(b.Spec.DriverMetadata)
-	md[names.MetaBackupName] = nameFromArtifact
-	b.Spec.DriverMetadata = md
+	// b is the decoder's own copy, and trimShared copies what it keeps into a map of its own.
+	b.Spec.DriverMetadata[names.MetaBackupName] = nameFromArtifact
 	trimShared(b)
 }
 
