@@ -4,7 +4,7 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 # Workspace modules, leaf first.
-MODULES := apis driverkit e2e/harness kubectl-coffer velerokit core-controller driver-velero driver-job verifier e2e tools
+MODULES := apis driverkit e2e/harness kubectl-coffer metricskit velerokit core-controller driver-velero driver-job verifier e2e tools
 COMPONENTS := core-controller driver-velero driver-job verifier
 
 BIN := $(CURDIR)/bin

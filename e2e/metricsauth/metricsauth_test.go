@@ -94,11 +94,10 @@ func TestMetricsAnswerOnlyTheMetricsReader(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusUnauthorized, code, body)
 			assert.NotContains(t, body, "controller_runtime")
-			// A token the API server did not issue: refused (controller-runtime's filter answers
-			// 500 "Authentication failed" when the TokenReview comes back with an error).
+			// A token the API server did not issue: 401.
 			code, body, err = components.Scrape(comp.MetricsURL, "not-a-token")
 			require.NoError(t, err)
-			assert.NotEqual(t, http.StatusOK, code, body)
+			assert.Equal(t, http.StatusUnauthorized, code, body)
 			assert.NotContains(t, body, "controller_runtime")
 
 			// A ServiceAccount the API server knows, not bound to coffer-metrics-reader: 403.

@@ -21,14 +21,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
 	"github.com/coffer-backup/coffer/apis/election"
 	"github.com/coffer-backup/coffer/core-controller/internal/controllers"
 	"github.com/coffer-backup/coffer/core-controller/internal/metrics"
+	"github.com/coffer-backup/coffer/metricskit"
 )
 
 func main() {
@@ -100,7 +99,7 @@ func run(ctx context.Context, cfg *rest.Config, o options) error {
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
+		Metrics:                 metricskit.Options(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "core-controller.backups.cozystack.io",
@@ -216,16 +215,6 @@ func trimBackup(b *backupsv1.Backup) {
 	}
 }
 
+// Secure metrics (metricskit.Options) ask the API server about each scrape's token and access.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-
-// metricsOptions serves /metrics on addr. Secure, it serves HTTPS (certDir's certificate, or a
-// self-signed one) and answers only requests whose bearer token the API server authenticates
-// (TokenReview) and authorizes to get /metrics (SubjectAccessReview), hence the markers above.
-func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: addr, SecureServing: secure, CertDir: certDir}
-	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-	return o
-}

@@ -21,6 +21,7 @@ import (
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/core-controller/internal/claim"
 	"github.com/coffer-backup/coffer/core-controller/internal/testenv"
+	"github.com/coffer-backup/coffer/metricskit"
 )
 
 var env *testenv.Env
@@ -33,7 +34,7 @@ func TestParseFlags(t *testing.T) {
 	assert.Equal(t, claim.DefaultTimeout, o.controllers.ClaimTimeout)
 	assert.Equal(t, 8, o.controllers.PlanWorkers)
 	assert.True(t, o.leaderElect)
-	m := metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir)
+	m := metricskit.Options(o.metricsAddr, o.metricsSecure, o.metricsCertDir)
 	assert.Equal(t, ":8443", m.BindAddress)
 	assert.True(t, m.SecureServing, "metrics are served over HTTPS by default")
 	assert.NotNil(t, m.FilterProvider, "and only to tokens allowed to get /metrics")
@@ -41,7 +42,7 @@ func TestParseFlags(t *testing.T) {
 
 	o, err = parseFlags([]string{"--metrics-secure=false", "--metrics-bind-address=:8080", "--metrics-cert-dir=/certs"})
 	require.NoError(t, err)
-	m = metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir)
+	m = metricskit.Options(o.metricsAddr, o.metricsSecure, o.metricsCertDir)
 	assert.Equal(t, ":8080", m.BindAddress)
 	assert.False(t, m.SecureServing)
 	assert.Nil(t, m.FilterProvider, "plain HTTP has no token to check")

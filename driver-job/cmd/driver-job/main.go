@@ -19,11 +19,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/coffer-backup/coffer/apis/election"
 	"github.com/coffer-backup/coffer/driver-job/internal/driver"
+	"github.com/coffer-backup/coffer/metricskit"
 )
 
 // options are the command's flags.
@@ -80,7 +79,7 @@ func run(ctx context.Context, o options) error {
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  driver.Scheme(),
-		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
+		Metrics:                 metricskit.Options(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "driver-job.backups.cozystack.io",
@@ -121,19 +120,9 @@ func cachesSynced(mgr ctrl.Manager) healthz.Checker {
 	}
 }
 
+// Secure metrics (metricskit.Options) ask the API server about each scrape's token and access.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-
-// metricsOptions serves /metrics on addr. Secure, it serves HTTPS (certDir's certificate, or a
-// self-signed one) and answers only requests whose bearer token the API server authenticates
-// (TokenReview) and authorizes to get /metrics (SubjectAccessReview), hence the markers above.
-func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: addr, SecureServing: secure, CertDir: certDir}
-	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-	return o
-}
 
 // podNamespace is the namespace of the pod the driver runs in (its ServiceAccount's), or
 // coffer-system outside a pod.

@@ -26,14 +26,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
 	"github.com/coffer-backup/coffer/apis/election"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/metricskit"
 	"github.com/coffer-backup/coffer/verifier/internal/artifact"
 	"github.com/coffer-backup/coffer/verifier/internal/backend"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
@@ -135,7 +134,7 @@ func run(ctx context.Context, o options) error {
 	utilruntime.Must(backupsv1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
+		Metrics:                 metricskit.Options(o.metricsAddr, o.metricsSecure, o.metricsCertDir),
 		HealthProbeBindAddress:  o.probeAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "backup-verify.security.ugallu.io",
@@ -300,6 +299,7 @@ func checkPods(ctx context.Context, mgr ctrl.Manager, o options) (*etcdsnap.PodB
 		HostDir: o.snapshotDir, Node: o.nodeName, Memory: mem}, nil
 }
 
+// Secure metrics (metricskit.Options) ask the API server about each scrape's token and access.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -320,17 +320,6 @@ func s3Store(o options) (*artifact.Store, error) {
 		return nil, errors.New("--s3-endpoint is set but AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is empty: mount the Secret coffer-verifier-s3 (deploy/verifier/manager)")
 	}
 	return artifact.NewStore(o.s3Endpoint, o.s3Region, id, secret, ca)
-}
-
-// metricsOptions serves /metrics on addr. Secure, it serves HTTPS (certDir's certificate, or a
-// self-signed one) and answers only requests whose bearer token the API server authenticates
-// (TokenReview) and authorizes to get /metrics (SubjectAccessReview), hence the markers above.
-func metricsOptions(addr string, secure bool, certDir string) metricsserver.Options {
-	o := metricsserver.Options{BindAddress: addr, SecureServing: secure, CertDir: certDir}
-	if secure {
-		o.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-	return o
 }
 
 // version is the verifier's module version as built ("devel" for a build from a checkout).
