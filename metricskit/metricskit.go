@@ -13,6 +13,7 @@ package metricskit
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -42,16 +43,21 @@ func Options(addr string, secure bool, certDir string) metricsserver.Options {
 	return o
 }
 
-// How long a decision is remembered, per token, verb and path. A token that the API server stops
-// accepting, or whose rights are taken away, is still answered for at most allowFor; a token
-// refused is refused for denyFor without asking again.
+// How long an answer is remembered. The API server's answer about a token (whom it authenticates,
+// or that it does not) is remembered for tokenFor, per token; its answer about a user's access to
+// a verb and path, for allowFor when allowed, per user. So a token the API server stops accepting
+// still scrapes for at most tokenFor, a user whose binding is removed for at most allowFor; a
+// refusal (401 or 403) stands for denyFor without asking again. These are controller-runtime's
+// filter's times. A scrape every 30 s costs a TokenReview a minute and a SubjectAccessReview every
+// five.
 const (
-	allowFor = time.Minute
+	tokenFor = time.Minute
+	allowFor = 5 * time.Minute
 	denyFor  = 30 * time.Second
-	// rememberAtMost bounds the decisions remembered: anyone who reaches the port can send new
+	// rememberAtMost bounds the answers remembered: anyone who reaches the port can send new
 	// tokens, and each costs a review, not memory.
 	rememberAtMost = 1024
-	// askFor bounds each review.
+	// askFor bounds the reviews of a request.
 	askFor = 10 * time.Second
 )
 
@@ -68,19 +74,19 @@ func Reviewing(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error) 
 }
 
 type reviewer struct {
-	tokens  authenticationclient.TokenReviewInterface
-	access  authorizationclient.SubjectAccessReviewInterface
-	now     func() time.Time
-	atMost  int
-	mu      sync.Mutex
-	decided map[[sha256.Size]byte]decision
+	tokens   authenticationclient.TokenReviewInterface
+	access   authorizationclient.SubjectAccessReviewInterface
+	now      func() time.Time
+	atMost   int
+	mu       sync.Mutex
+	answered map[[sha256.Size]byte]answer
 }
 
-// decision is an HTTP status (200, 401 or 403), until when it holds, and whom the API server
-// authenticated (for a 403's answer).
-type decision struct {
+// answer is an HTTP status (200, 401 or 403), whom the API server authenticated, and until when
+// it holds.
+type answer struct {
 	code  int
-	user  string
+	user  authenticationv1.UserInfo
 	until time.Time
 }
 
@@ -94,7 +100,7 @@ func newReviewer(cfg *rest.Config, hc *http.Client) (*reviewer, error) {
 		return nil, err
 	}
 	return &reviewer{tokens: authn.TokenReviews(), access: authz.SubjectAccessReviews(), now: time.Now, atMost: rememberAtMost,
-		decided: map[[sha256.Size]byte]decision{}}, nil
+		answered: map[[sha256.Size]byte]answer{}}, nil
 }
 
 func (r *reviewer) filter(log logr.Logger, next http.Handler) (http.Handler, error) {
@@ -104,19 +110,19 @@ func (r *reviewer) filter(log logr.Logger, next http.Handler) (http.Handler, err
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		d, err := r.decide(req.Context(), token, strings.ToLower(req.Method), req.URL.Path)
+		a, err := r.decide(req.Context(), token, strings.ToLower(req.Method), req.URL.Path)
 		if err != nil {
 			log.Error(err, "Could not review a metrics request")
 			http.Error(w, "Review failed", http.StatusInternalServerError)
 			return
 		}
-		switch d.code {
+		switch a.code {
 		case http.StatusOK:
 			next.ServeHTTP(w, req)
 		case http.StatusUnauthorized:
-			http.Error(w, "Unauthorized", d.code)
+			http.Error(w, "Unauthorized", a.code)
 		default:
-			http.Error(w, "Authorization denied for user "+d.user, http.StatusForbidden)
+			http.Error(w, "Authorization denied for user "+a.user.Username, http.StatusForbidden)
 		}
 	}), nil
 }
@@ -128,34 +134,39 @@ func bearer(req *http.Request) (string, bool) {
 	return token, ok && strings.EqualFold(scheme, "bearer") && token != ""
 }
 
-// decide answers for token, verb and path: remembered, or asked of the API server.
-func (r *reviewer) decide(ctx context.Context, token, verb, path string) (decision, error) {
-	key := sha256.Sum256([]byte(verb + " " + path + "\x00" + token))
-	r.mu.Lock()
-	d, ok := r.decided[key]
-	r.mu.Unlock()
-	if ok && r.now().Before(d.until) {
-		return d, nil
-	}
+// decide answers for token, verb and path: whom the token authenticates, then whether that user
+// may; each remembered, or asked of the API server.
+func (r *reviewer) decide(ctx context.Context, token, verb, path string) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, askFor)
 	defer cancel()
-	d, err := r.ask(ctx, token, verb, path)
-	if err != nil {
-		return d, err
+	who, err := r.recall(sha256.Sum256([]byte("token\x00"+token)), tokenFor, func() (answer, error) { return r.authenticate(ctx, token) })
+	if err != nil || who.code != http.StatusOK {
+		return who, err
 	}
-	return r.remember(key, d), nil
+	key, err := json.Marshal(struct {
+		User       authenticationv1.UserInfo
+		Verb, Path string
+	}{who.user, verb, path})
+	if err != nil {
+		return answer{}, err
+	}
+	return r.recall(sha256.Sum256(key), allowFor, func() (answer, error) { return r.authorize(ctx, who.user, verb, path) })
 }
 
-// ask reviews the token, then its user's access to path.
-func (r *reviewer) ask(ctx context.Context, token, verb, path string) (decision, error) {
+// authenticate asks the API server whom token authenticates.
+func (r *reviewer) authenticate(ctx context.Context, token string) (answer, error) {
 	tr, err := r.tokens.Create(ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
-		return decision{}, fmt.Errorf("reviewing the token: %w", err)
+		return answer{}, fmt.Errorf("reviewing the token: %w", err)
 	}
 	if !tr.Status.Authenticated {
-		return decision{code: http.StatusUnauthorized}, nil
+		return answer{code: http.StatusUnauthorized}, nil
 	}
-	u := tr.Status.User
+	return answer{code: http.StatusOK, user: tr.Status.User}, nil
+}
+
+// authorize asks the API server whether u may use verb on path.
+func (r *reviewer) authorize(ctx context.Context, u authenticationv1.UserInfo, verb, path string) (answer, error) {
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range u.Extra {
 		extra[k] = authorizationv1.ExtraValue(v)
@@ -165,32 +176,44 @@ func (r *reviewer) ask(ctx context.Context, token, verb, path string) (decision,
 		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb},
 	}}, metav1.CreateOptions{})
 	if err != nil {
-		return decision{}, fmt.Errorf("reviewing %s's access to %s %s: %w", u.Username, verb, path, err)
+		return answer{}, fmt.Errorf("reviewing %s's access to %s %s: %w", u.Username, verb, path, err)
 	}
 	if !sar.Status.Allowed {
-		return decision{code: http.StatusForbidden, user: u.Username}, nil
+		return answer{code: http.StatusForbidden, user: u}, nil
 	}
-	return decision{code: http.StatusOK, user: u.Username}, nil
+	return answer{code: http.StatusOK, user: u}, nil
 }
 
-// remember keeps d for its time, unless rememberAtMost decisions still hold, and returns it.
-func (r *reviewer) remember(key [sha256.Size]byte, d decision) decision {
+// recall returns the answer remembered under key while it holds; else it asks, and remembers the
+// answer for allowed (a 200) or denyFor (a refusal), unless rememberAtMost answers still hold.
+// An error is not an answer: not remembered.
+func (r *reviewer) recall(key [sha256.Size]byte, allowed time.Duration, ask func() (answer, error)) (answer, error) {
+	r.mu.Lock()
+	a, ok := r.answered[key]
+	r.mu.Unlock()
+	if ok && r.now().Before(a.until) {
+		return a, nil
+	}
+	a, err := ask()
+	if err != nil {
+		return a, err
+	}
 	now := r.now()
-	d.until = now.Add(denyFor)
-	if d.code == http.StatusOK {
-		d.until = now.Add(allowFor)
+	a.until = now.Add(denyFor)
+	if a.code == http.StatusOK {
+		a.until = now.Add(allowed)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.decided) >= r.atMost {
-		for k, old := range r.decided {
+	if len(r.answered) >= r.atMost {
+		for k, old := range r.answered {
 			if !now.Before(old.until) {
-				delete(r.decided, k)
+				delete(r.answered, k)
 			}
 		}
 	}
-	if _, ok := r.decided[key]; ok || len(r.decided) < r.atMost {
-		r.decided[key] = d
+	if _, ok := r.answered[key]; ok || len(r.answered) < r.atMost {
+		r.answered[key] = a
 	}
-	return d
+	return a, nil
 }

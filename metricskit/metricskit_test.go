@@ -119,8 +119,7 @@ func TestOnlyATokenAllowedToGetThePathGetsMetrics(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "metrics", body)
 
-	// Decisions are remembered: asking again costs the API server nothing, for allowFor (200) or
-	// denyFor (401, 403).
+	// Answers are remembered: asking again costs the API server nothing.
 	asked := count.n.Load()
 	for range 3 {
 		code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.reader)
@@ -130,23 +129,32 @@ func TestOnlyATokenAllowedToGetThePathGetsMetrics(t *testing.T) {
 		code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer not-a-token")
 		assert.Equal(t, http.StatusUnauthorized, code)
 	}
-	assert.Equal(t, asked, count.n.Load(), "remembered decisions ask nothing")
+	assert.Equal(t, asked, count.n.Load(), "remembered answers ask nothing")
 
 	now = now.Add(denyFor)
 	code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.reader)
 	assert.Equal(t, http.StatusOK, code)
-	assert.Equal(t, asked, count.n.Load(), "an allowed token is remembered for longer than a refused one")
+	assert.Equal(t, asked, count.n.Load(), "an allowed token is remembered for longer than a refusal")
 	code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.stranger)
 	assert.Equal(t, http.StatusForbidden, code)
-	assert.Equal(t, asked+2, count.n.Load(), "a refusal is asked again after denyFor: TokenReview and SubjectAccessReview")
+	assert.Equal(t, asked+1, count.n.Load(), "a refused access is asked again after denyFor (a SubjectAccessReview; whom the token is, is still known)")
+	code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer not-a-token")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.Equal(t, asked+2, count.n.Load(), "an unknown token is asked again after denyFor")
 
-	now = now.Add(allowFor - denyFor)
+	now = now.Add(tokenFor - denyFor)
+	asked = count.n.Load()
 	code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.reader)
 	assert.Equal(t, http.StatusOK, code)
-	assert.Equal(t, asked+4, count.n.Load(), "an allowed token is asked again after allowFor")
+	assert.Equal(t, asked+1, count.n.Load(), "the token is asked again after tokenFor (a TokenReview); its user's access is still known")
+
+	now = now.Add(allowFor)
+	code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.reader)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, asked+3, count.n.Load(), "after allowFor, both are asked again")
 }
 
-func TestRememberedDecisionsAreBounded(t *testing.T) {
+func TestRememberedAnswersAreBounded(t *testing.T) {
 	f := start(t)
 	now := time.Now()
 	srv, r, count := serve(t, f.cfg, &now)
@@ -158,7 +166,7 @@ func TestRememberedDecisionsAreBounded(t *testing.T) {
 		code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer forged-"+strings.Repeat("x", i))
 		require.Equal(t, http.StatusUnauthorized, code)
 	}
-	assert.Len(t, r.decided, 4, "a flood of new tokens fills the memory to its bound, no further")
+	assert.Len(t, r.answered, 4, "a flood of new tokens fills the memory to its bound, no further")
 	asked := count.n.Load()
 	code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.reader)
 	assert.Equal(t, http.StatusOK, code)
@@ -168,7 +176,7 @@ func TestRememberedDecisionsAreBounded(t *testing.T) {
 	now = now.Add(denyFor)
 	code, _ = get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.stranger)
 	assert.Equal(t, http.StatusForbidden, code)
-	assert.Len(t, r.decided, 2, "the reader's and the stranger's")
+	assert.Len(t, r.answered, 4, "the reader's token and access, the stranger's token and access")
 }
 
 func TestAnAPIServerThatCannotBeAskedIsNotADecision(t *testing.T) {
@@ -188,5 +196,5 @@ func TestAnAPIServerThatCannotBeAskedIsNotADecision(t *testing.T) {
 
 	code, _ := get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.reader)
 	assert.Equal(t, http.StatusInternalServerError, code)
-	assert.Empty(t, r.decided, "a failed review is not remembered")
+	assert.Empty(t, r.answered, "a failed review is not remembered")
 }
