@@ -69,8 +69,12 @@ func serve(t *testing.T, cfg *rest.Config, now *time.Time) (*httptest.Server, *r
 	t.Helper()
 	hc, err := rest.HTTPClientFor(cfg)
 	require.NoError(t, err)
-	count := &counting{next: hc.Transport}
-	hc.Transport = count
+	next := hc.Transport
+	if next == nil { // the shared default client, for a config that needs nothing of its own
+		next = http.DefaultTransport
+	}
+	count := &counting{next: next}
+	hc = &http.Client{Transport: count, Timeout: hc.Timeout}
 	r, err := newReviewer(cfg, hc)
 	require.NoError(t, err)
 	r.now = func() time.Time { return *now }
@@ -180,21 +184,16 @@ func TestRememberedAnswersAreBounded(t *testing.T) {
 }
 
 func TestAnAPIServerThatCannotBeAskedIsNotADecision(t *testing.T) {
-	f := start(t)
-	now := time.Now()
-	srv, r, _ := serve(t, f.cfg, &now)
-	// The same filter, its clients now pointed at a port nobody serves.
-	gone := rest.CopyConfig(f.cfg)
+	// An API server at a port nobody serves: no review can be made.
 	closed := httptest.NewServer(http.NotFoundHandler())
-	gone.Host = closed.URL
 	closed.Close()
-	hc, err := rest.HTTPClientFor(gone)
-	require.NoError(t, err)
-	away, err := newReviewer(gone, hc)
-	require.NoError(t, err)
-	r.tokens, r.access = away.tokens, away.access
+	now := time.Now()
+	srv, r, count := serve(t, &rest.Config{Host: closed.URL}, &now)
 
-	code, _ := get(t, srv, http.MethodGet, "/metrics", "Bearer "+f.reader)
-	assert.Equal(t, http.StatusInternalServerError, code)
+	for range 2 {
+		code, _ := get(t, srv, http.MethodGet, "/metrics", "Bearer some-token")
+		assert.Equal(t, http.StatusInternalServerError, code)
+	}
 	assert.Empty(t, r.answered, "a failed review is not remembered")
+	assert.GreaterOrEqual(t, count.n.Load(), int64(2), "each request asked again")
 }
