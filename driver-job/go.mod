@@ -20,6 +20,7 @@ require (
 require (
 	filippo.io/hpke v0.4.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/restic/chunker v0.4.0 // indirect
 )
 
 require (

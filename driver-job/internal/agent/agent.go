@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"filippo.io/age"
@@ -92,10 +94,20 @@ type Agent struct {
 	KeyRef     string
 	// Identities decrypt encrypted artifacts on restore.
 	Identities *Identities
+	// Chunked writes backups in the chunked format (format 4, chunked.go) into the repository
+	// Repository (a key prefix; empty: ".coffer" beside the artifact), with the chunk key ChunkKey
+	// (required with encryption), in packs of PackSize bytes (zero: DefaultPackSize).
+	Chunked    bool
+	Repository string
+	ChunkKey   string
+	PackSize   int
 	// Record, when set, is the record template of a backup (COFFER_RECORD): the backup stores it,
 	// completed with its artifact, next to the artifact.
 	Record *backupsv1.ArtifactRecord
 
+	// now, when set, is the clock of chunked backups, which tell files changed just before a
+	// backup from settled ones; tests move it.
+	now func() time.Time
 	// afterHeader, when set, runs once a restore checked the artifact's header and before it
 	// extracts; tests change the object there.
 	afterHeader func()
@@ -179,7 +191,13 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a := &Agent{S3: s3, Log: stderr, CompressionLevel: cfg.CompressionLevel, Recipients: cfg.Recipients, KeyRef: cfg.KeyRef, Identities: cfg.Identities, Record: cfg.Record}
+	a := &Agent{S3: s3, Log: stderr, CompressionLevel: cfg.CompressionLevel, Recipients: cfg.Recipients, KeyRef: cfg.KeyRef, Identities: cfg.Identities, Record: cfg.Record,
+		Chunked: cfg.Format == FormatChunked, ChunkKey: cfg.ChunkKey}
+	if a.Chunked && cfg.RunNamespace != "" {
+		// One repository per namespace, whatever the strategy's prefix: no chunk is shared
+		// between tenants.
+		a.Repository = path.Join(cfg.Prefix, ".coffer", cfg.RunNamespace)
+	}
 	if cfg.Application != "" {
 		a.logf("%s of %s for %s %s/%s", cfg.Mode, cfg.Application, cfg.RunKind, cfg.RunNamespace, cfg.RunName)
 	}

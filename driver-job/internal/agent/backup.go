@@ -75,13 +75,19 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		return nil, fmt.Errorf("checking whether %s exists: %w", uri, err)
 	}
 
+	var chunks *chunkStore
+	if a.Chunked {
+		if chunks, err = a.openChunkStore(ctx, bucket, key); err != nil {
+			return nil, err
+		}
+	}
 	a.logf("backing up %s to %s (format %d, compression %s, encryption %s)", dir, uri, hdr.Version, a.compressionName(), a.encryptionName(hdr))
 	start := time.Now()
 	pr, pw := io.Pipe()
 	archived := make(chan error, 1)
 	var tarSize byteCounter
 	go func() {
-		err := a.writeArtifact(pw, root, hdr, &tarSize)
+		err := a.writeArtifact(pw, root, hdr, &tarSize, chunks)
 		pw.CloseWithError(err) // nil: the upload reads io.EOF
 		archived <- err
 	}()
@@ -109,7 +115,18 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 			MetaEncryption:        a.encryptionName(hdr),
 		},
 	}
-	if size > 0 {
+	if chunks != nil {
+		chunks.writeRecords()
+		st := chunks.stats
+		a.logf("chunked: %d files read (%d bytes), %d unchanged files not read; %d new chunks (%d bytes) in %d packs of %d bytes, %d chunks already stored",
+			st.filesRead, st.bytesRead, st.filesSkipped, st.chunksNew, st.bytesNew, st.packs, st.stored, st.chunksKnown)
+		report.Metadata[MetaUncompressedBytes] = strconv.FormatInt(st.bytesRead, 10)
+		report.Metadata[MetaRepository] = ArtifactURI(bucket, chunks.repo)
+		report.Metadata[MetaStoredBytes] = strconv.FormatInt(st.stored, 10)
+		if st.stored > 0 {
+			report.Metadata[MetaCompressionRatio] = strconv.FormatFloat(float64(st.bytesNew)/float64(st.stored), 'f', 2, 64)
+		}
+	} else if size > 0 {
 		report.Metadata[MetaCompressionRatio] = strconv.FormatFloat(float64(tarSize)/float64(size), 'f', 2, 64)
 	}
 	if hdr.KeyRef != "" {
@@ -139,11 +156,18 @@ const (
 	MetaCompressionRatio  = "compressionRatio"
 	MetaEncryption        = "encryption"
 	MetaKeyRef            = "keyRef"
+	// MetaRepository is a chunked artifact's repository (s3://bucket/prefix), MetaStoredBytes the
+	// bytes of the packs its backup added to it; MetaUncompressedBytes is then what it read.
+	MetaRepository  = "repository"
+	MetaStoredBytes = "storedBytes"
 )
 
 // header is the header of the agent's next backup.
 func (a *Agent) header() (Header, error) {
 	h := Header{Version: FormatVersion}
+	if a.Chunked {
+		h.Version = chunkedVersion
+	}
 	if a.CompressionLevel < 0 || a.CompressionLevel > MaxCompressionLevel {
 		return h, fmt.Errorf("compression level %d is not 0 (none) to %d", a.CompressionLevel, MaxCompressionLevel)
 	}
@@ -171,8 +195,8 @@ func (a *Agent) encryptionName(h Header) string {
 }
 
 // writeArtifact writes the header and the payload: the tar of root, through zstd, through age.
-// tarSize counts the tar's bytes.
-func (a *Agent) writeArtifact(w io.Writer, root string, h Header, tarSize *byteCounter) (err error) {
+// tarSize counts the tar's bytes. With chunks, the tar is a chunked index (format 4).
+func (a *Agent) writeArtifact(w io.Writer, root string, h Header, tarSize *byteCounter, chunks *chunkStore) (err error) {
 	b, err := h.MarshalBinary()
 	if err != nil {
 		return err
@@ -218,7 +242,7 @@ func (a *Agent) writeArtifact(w io.Writer, root string, h Header, tarSize *byteC
 			}
 		}
 	}()
-	if err := writeTar(io.MultiWriter(out, tarSize), root, a.logf, true); err != nil {
+	if err := writeTar(io.MultiWriter(out, tarSize), root, a.logf, true, chunks); err != nil {
 		return err
 	}
 	closed = true
@@ -273,11 +297,13 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 }
 
 // writeTar writes the tree under dir to w as a tar, in lexical order, without the root itself,
-// and then, withManifest, the manifest of its files (format 3).
+// and then, withManifest, the manifest of its files (format 3). With chunks, regular files are
+// written as their chunk lists (format 4), and the tar ends only once every pack they name is
+// stored.
 // Symbolic links are stored, not followed; sockets, devices and FIFOs are skipped with a warning,
 // as are entries removed while the walk runs, a top-level lost+found and restore staging
 // directories.
-func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest bool) error {
+func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest bool, chunks *chunkStore) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	tw := tar.NewWriter(bw)
 	buf := make([]byte, 256<<10)
@@ -316,8 +342,16 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest 
 		} else if err != nil {
 			return err
 		}
+		if chunks != nil && fi.Mode().IsRegular() {
+			return addChunkedFile(tw, m, chunks, path, filepath.ToSlash(rel), fi, warnf)
+		}
 		return addEntry(tw, m, path, filepath.ToSlash(rel), fi, buf, warnf)
 	})
+	if chunks != nil {
+		if ferr := chunks.finish(); err == nil {
+			err = ferr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -391,6 +425,56 @@ func addEntry(tw *tar.Writer, m *manifest, path, name string, fi fs.FileInfo, bu
 		return nil
 	}
 	return m.add(name, n)
+}
+
+// addChunkedFile writes a regular file as format 4 does: the packs its chunks are in that the
+// index did not name yet, then the file's entry, whose content is its chunk list and whose PAX
+// records hold its size and SHA-256. The file is opened only if its chunks are not known from the
+// last backup.
+func addChunkedFile(tw *tar.Writer, m *manifest, chunks *chunkStore, path, name string, fi fs.FileInfo, warnf func(string, ...any)) error {
+	ctime, ino := statTimes(fi)
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	open := func() (io.Reader, error) {
+		var err error
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		return f, err
+	}
+	packs, list, sum, err := chunks.fileChunks(fileToChunk{open: open, name: name, size: fi.Size(), mtime: fi.ModTime(), ctime: ctime, ino: ino})
+	if errors.Is(err, fs.ErrNotExist) {
+		warnf("warning: skipping %s: removed during the backup", name)
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	for _, p := range packs {
+		hdr := &tar.Header{Typeflag: typePack, Name: p.key, Size: int64(len(p.wrapped)), Mode: 0o400, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("pack %s: %w", p.key, err)
+		}
+		if _, err := tw.Write(p.wrapped); err != nil {
+			return err
+		}
+	}
+	hdr, err := tar.FileInfoHeader(noNames{fi}, "")
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	hdr.Name, hdr.Size = name, int64(len(list))
+	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+	hdr.PAXRecords = map[string]string{paxSize: strconv.FormatInt(fi.Size(), 10), paxSHA256: hex.EncodeToString(sum[:])}
+	hdr.Format = tar.FormatPAX
+	if err := tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := tw.Write(list); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return m.addSum(name, fi.Size(), sum[:])
 }
 
 // noNames keeps tar.FileInfoHeader from looking owners up by name: restores use the numeric ids,

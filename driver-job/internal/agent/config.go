@@ -24,6 +24,14 @@ const (
 	// with envFrom. They are never printed.
 	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
 	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	// EnvFormat is the fallback of --format.
+	EnvFormat = "COFFER_ARTIFACT_FORMAT"
+)
+
+// Values of --format.
+const (
+	FormatTar     = "tar"
+	FormatChunked = "chunked"
 )
 
 // Defaults of the flags.
@@ -76,6 +84,10 @@ type Config struct {
 	Identities *Identities
 	// Record is the record template of a backup (COFFER_RECORD), if the driver gave one.
 	Record *backupsv1.ArtifactRecord
+	// Format is what a backup writes: FormatTar or FormatChunked. ChunkKey is a chunked
+	// repository's key (COFFER_CHUNK_KEY, environment only).
+	Format   string
+	ChunkKey string
 }
 
 // UsageError is a configuration error; the agent exits with code 2 on it.
@@ -104,6 +116,7 @@ func (c *Config) flags() []stringFlag {
 		{"prefix", jobv1.ParamEnvName("prefix"), "", "key prefix of backups; by default the run's namespace (" + jobv1.EnvRunNamespace + ")", &c.Prefix},
 		{"region", jobv1.ParamEnvName("region"), "", "bucket region (optional)", &c.Region},
 		{"compression-level", jobv1.EnvCompressionLevel, strconv.Itoa(DefaultCompressionLevel), "zstd level of a backup, 1 (fastest) to 22 (smallest); 0 stores the tar uncompressed", &c.compressionLevel},
+		{"format", EnvFormat, FormatTar, "what a backup writes: tar (one object per backup) or chunked (chunks shared by the backups of a repository beside it; needs " + EnvChunkKey + " when it encrypts)", &c.Format},
 		{"termination-log", "", DefaultTerminationLog, "file receiving the report or the error; empty disables it", &c.TerminationLog},
 	}
 }
@@ -184,6 +197,18 @@ func ParseConfig(args []string, getenv func(string) string) (*Config, error) {
 		return c, usageErrorf("compression level %q is not 0 (none) to %d", c.compressionLevel, MaxCompressionLevel)
 	}
 	c.CompressionLevel = n
+	if c.Format != FormatTar && c.Format != FormatChunked {
+		return c, usageErrorf("format %q is not %s or %s", c.Format, FormatTar, FormatChunked)
+	}
+	c.ChunkKey = getenv(EnvChunkKey)
+	if c.Format == FormatChunked && c.Mode == jobv1.ModeBackup {
+		if c.ChunkKey != "" && len(c.ChunkKey) < minChunkKey {
+			return c, usageErrorf("%s is %d characters; a chunk key needs at least %d", EnvChunkKey, len(c.ChunkKey), minChunkKey)
+		}
+		if c.ChunkKey == "" && strings.TrimSpace(getenv(jobv1.EnvAgeRecipients)) != "" {
+			return c, usageErrorf("an encrypted chunked backup needs %s: without it, chunk IDs would tell which content the backups hold", EnvChunkKey)
+		}
+	}
 	if err := c.keys(getenv); err != nil {
 		return c, err
 	}

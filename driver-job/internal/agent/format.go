@@ -19,11 +19,12 @@ import (
 // agent wrote before version 2. Version 2 is a header followed by the payload: the tar, compressed
 // with zstd when the header says so, then encrypted with age when the header says so. Version 3
 // is version 2 whose tar ends with a manifest entry (manifest.go): the path, size and SHA-256 of
-// every regular file, which a verify compares the restored files with.
+// every regular file, which a verify compares the restored files with. Version 4 (chunked.go) is
+// version 3 whose regular files carry the list of their chunks, stored in packs beside it.
 //
 //	offset  size  field
 //	0       8     magic "\x89COFFER\x1a"
-//	8       1     format version, 2 or 3
+//	8       1     format version, 2 to 4
 //	9       1     compression: 0 none, 1 zstd
 //	10      1     encryption: 0 none, 1 age
 //	11      1     n, the length of the key reference (0 without encryption)
@@ -33,10 +34,12 @@ import (
 // The header is not authenticated on its own: the artifact's SHA-256, which the restore checks
 // before it reads anything else, covers it.
 const (
-	// FormatVersion is the version the agent writes.
+	// FormatVersion is the version the agent writes unless asked for chunked backups.
 	FormatVersion = 3
+	// LatestFormatVersion is the latest version the agent reads and writes.
+	LatestFormatVersion = chunkedVersion
 	// firstHeaderVersion is the first version with a header; the agent reads it and every later
-	// one up to FormatVersion.
+	// one up to LatestFormatVersion.
 	firstHeaderVersion = 2
 	// headerFixedSize is the size of the header without its key reference.
 	headerFixedSize = 12
@@ -96,8 +99,8 @@ type Header struct {
 
 // MarshalBinary encodes a header of version 2 or later (their headers are alike).
 func (h Header) MarshalBinary() ([]byte, error) {
-	if h.Version < firstHeaderVersion || h.Version > FormatVersion {
-		return nil, fmt.Errorf("format version %d has no header of this shape (versions %d to %d have)", h.Version, firstHeaderVersion, FormatVersion)
+	if h.Version < firstHeaderVersion || h.Version > LatestFormatVersion {
+		return nil, fmt.Errorf("format version %d has no header of this shape (versions %d to %d have)", h.Version, firstHeaderVersion, LatestFormatVersion)
 	}
 	if err := h.check(); err != nil {
 		return nil, err
@@ -145,8 +148,8 @@ func ReadHeader(r io.Reader) (Header, io.Reader, error) {
 		return Header{}, nil, fmt.Errorf("the artifact ends inside its header")
 	}
 	h := Header{Version: fixed[8], Compression: Compression(fixed[9]), Encryption: Encryption(fixed[10])}
-	if h.Version < firstHeaderVersion || h.Version > FormatVersion {
-		return h, nil, fmt.Errorf("the artifact has format version %d; this agent reads versions 1 to %d: restore it with a newer coffer-agent", h.Version, FormatVersion)
+	if h.Version < firstHeaderVersion || h.Version > LatestFormatVersion {
+		return h, nil, fmt.Errorf("the artifact has format version %d; this agent reads versions 1 to %d: restore it with a newer coffer-agent", h.Version, LatestFormatVersion)
 	}
 	ref := make([]byte, fixed[11])
 	if _, err := io.ReadFull(r, ref); err != nil {

@@ -282,7 +282,7 @@ func TestRestoreVersion1(t *testing.T) {
 	want := snapshot(t, dir)
 	delete(want, "app/agent.sock")
 	var old bytes.Buffer
-	if err := writeTar(&old, dir, t.Logf, false); err != nil {
+	if err := writeTar(&old, dir, t.Logf, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if h, _, err := ReadHeader(bytes.NewReader(old.Bytes())); err != nil || h.Version != 1 {
@@ -350,11 +350,11 @@ func TestRestoreRefusesNewerFormat(t *testing.T) {
 	bucket := newBucket(t)
 	dir := t.TempDir()
 	before := snapshot(t, dir)
-	newer := append(append([]byte{}, formatMagic[:]...), FormatVersion+1, 0, 0, 0)
+	newer := append(append([]byte{}, formatMagic[:]...), LatestFormatVersion+1, 0, 0, 0)
 	newer = append(newer, makeTar(t, entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "x"}, data: "x"})...)
 	report := upload(t, bucket, "newer.tar", newer)
 	refused(t, restoreEnv(t, jobv1.ModeRestore, bucket, dir, report), dir, before,
-		fmt.Sprintf("format version %d", FormatVersion+1), "restore it with a newer coffer-agent", "nothing was restored")
+		fmt.Sprintf("format version %d", LatestFormatVersion+1), "restore it with a newer coffer-agent", "nothing was restored")
 
 	unknown := append(append([]byte{}, formatMagic[:]...), FormatVersion, 7, 0, 0)
 	report = upload(t, bucket, "unknown.tar", unknown)

@@ -51,7 +51,12 @@ func newManifest() *manifest { return &manifest{hash: sha256.New()} }
 
 // add records a file whose content went through m.hash since the last add.
 func (m *manifest) add(name string, size int64) error {
-	line, err := json.Marshal(ManifestEntry{Path: name, Size: size, SHA256: hex.EncodeToString(m.hash.Sum(nil))})
+	return m.addSum(name, size, m.hash.Sum(nil))
+}
+
+// addSum records a file of the given SHA-256.
+func (m *manifest) addSum(name string, size int64, sum []byte) error {
+	line, err := json.Marshal(ManifestEntry{Path: name, Size: size, SHA256: hex.EncodeToString(sum)})
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func BenchmarkPeers(b *testing.B) {
 // hashed.
 func rawUpload(b *testing.B, c *minio.Client, bucket, key, tree string) {
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, tree, func(string, ...any) {}, true)) }()
+	go func() { pw.CloseWithError(writeTar(pw, tree, func(string, ...any) {}, true, nil)) }()
 	opts := (&Agent{}).putOptions()
 	opts.ContentType = "application/x-tar"
 	if _, err := c.PutObject(context.Background(), bucket, key, pr, -1, opts); err != nil {

@@ -37,6 +37,10 @@ type RestoreStatus struct {
 	Files       int64  `json:"files"`
 	Directories int64  `json:"directories"`
 	Symlinks    int64  `json:"symlinks"`
+
+	// damaged describes the files of a chunked artifact a verify could not restore because their
+	// chunks are damaged or missing.
+	damaged []string
 }
 
 // Restore restores the artifact into dir in one pass. Before it writes anything, it checks what
@@ -143,6 +147,10 @@ func (a *Agent) compare(data string, status *RestoreStatus, want map[string]Mani
 		if report, err = compareWithManifest(data, want, make([]byte, 256<<10)); err != nil {
 			return nil, fmt.Errorf("comparing the restored files with the manifest: %w", err)
 		}
+		if n := len(status.damaged); n > 0 {
+			report.Differences = append(status.damaged[:min(n, jobv1.MaxVerifyDifferences):min(n, jobv1.MaxVerifyDifferences)], report.Differences...)
+			report.Differences = report.Differences[:min(len(report.Differences), jobv1.MaxVerifyDifferences)]
+		}
 		a.logf("verified %s: %d files restored, %d identical to the manifest, %d differences", status.URI, status.Files, report.Compared, report.Mismatched)
 		for _, d := range report.Differences {
 			a.logf("  %s", d)
@@ -200,6 +208,12 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 	}
 	defer root.Close()
 	x := &extractor{root: root, warnf: a.logf, chown: os.Geteuid() == 0, kinds: map[string]kind{}, buf: make([]byte, 256<<10), status: status, readManifest: wantManifest}
+	if status.Format >= chunkedVersion {
+		if x.chunks, err = a.newChunkSource(ctx, art.Bucket); err != nil {
+			return nil, err
+		}
+		defer x.chunks.close()
+	}
 	err = a.unpack(obj, x)
 	if err != nil {
 		_, _ = obj.WriteTo(discard) // a failed range stops the hash short: no mismatch is claimed then
@@ -332,6 +346,9 @@ type extractor struct {
 	readManifest bool
 	manifestSeen bool
 	manifest     map[string]ManifestEntry
+
+	// chunks reads the files of a chunked artifact (format 4).
+	chunks *chunkSource
 }
 
 func (x *extractor) add(hdr *tar.Header, r io.Reader) error {
@@ -346,6 +363,9 @@ func (x *extractor) add(hdr *tar.Header, r io.Reader) error {
 		var err error
 		x.manifest, err = readManifest(r)
 		return err
+	}
+	if hdr.Typeflag == typePack && x.chunks != nil {
+		return x.chunks.addPack(hdr.Name, r)
 	}
 	name, err := entryName(hdr.Name)
 	if err != nil || name == "." { // "./", the archive's root, carries nothing to restore
@@ -373,6 +393,13 @@ func (x *extractor) add(hdr *tar.Header, r io.Reader) error {
 		x.status.Directories++
 	case tar.TypeReg:
 		if err := x.file(name, hdr, r); err != nil {
+			var damage *chunkDamage
+			if x.readManifest && errors.As(err, &damage) {
+				// A verify reports it, with the other differences: the file is left out, and
+				// so is found missing.
+				x.status.damaged = append(x.status.damaged, damage.msg)
+				return x.root.Remove(name)
+			}
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		x.kinds[name] = kindFile
@@ -405,8 +432,12 @@ func (x *extractor) file(name string, hdr *tar.Header, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	// struct{ io.Writer } hides (*os.File).ReadFrom, which would allocate a buffer per file.
-	_, err = io.CopyBuffer(struct{ io.Writer }{f}, r, x.buf)
+	if x.chunks != nil {
+		err = x.chunks.writeFile(f, name, hdr, r)
+	} else {
+		// struct{ io.Writer } hides (*os.File).ReadFrom, which would allocate a buffer per file.
+		_, err = io.CopyBuffer(struct{ io.Writer }{f}, r, x.buf)
+	}
 	if err == nil && x.chown {
 		err = f.Chown(hdr.Uid, hdr.Gid) // before Chmod: chown clears set-id bits
 	}

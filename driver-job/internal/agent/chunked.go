@@ -1,0 +1,907 @@
+package agent
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/gob"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	mrand "math/rand/v2"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"filippo.io/age"
+	"github.com/klauspost/compress/zstd"
+	"github.com/minio/minio-go/v7"
+	"github.com/restic/chunker"
+)
+
+// Format 4, the chunked format (docs/artifact-format.md). The artifact is a Backup's index: a
+// format 2 envelope (header, zstd, age) around a tar whose regular files carry, instead of their
+// bytes, the list of the chunks that make them up. Chunks live in packs, objects shared by every
+// Backup of one repository (a key prefix per namespace), so a chunk that an earlier Backup stored
+// is not stored again; each Backup's index names every chunk of every file, so a restore reads one
+// index and its chunks, never a chain of Backups.
+//
+// Repository layout, below the repository's prefix:
+//
+//	packs/<32 hex>   chunks, each sealed on its own (see sealChunk), about DefaultPackSize bytes
+//	index/<name>     what one backup wrote: its packs, their wrapped keys and their chunks' places
+//	files/<name>     the files one backup saw (path, size, times, inode, chunks): the next backup
+//	                 skips reading a file whose metadata did not change
+//
+// index/ and files/ are sealed with a key derived from the repository's chunk key (the backup side
+// needs them and has no age identity); packs are sealed with a random key per pack, wrapped with
+// age to the strategy's recipients. Chunk IDs are HMAC-SHA256 of the chunk's plaintext under a key
+// derived from the chunk key, so a listing reveals nothing about content, and the content-defined
+// boundaries come from a polynomial derived from it too.
+const (
+	// chunkedVersion is the format version of chunked artifacts.
+	chunkedVersion = 4
+	// DefaultPackSize is the size at which a pack is closed and uploaded.
+	DefaultPackSize = 8 << 20
+	// typePack is the tar entry that introduces a pack to the index: its name is the pack's object
+	// key, its content the pack's wrapped key (empty without encryption). Files refer to packs by
+	// their order of introduction.
+	typePack = 'P'
+	// PAX records of a chunked file entry: its size and SHA-256 (the entry's own size is that of
+	// its chunk list).
+	paxSize   = "COFFER.size"
+	paxSHA256 = "COFFER.sha256"
+	// maxChunkList bounds a file's chunk list a restore reads (about 1.5 million chunks).
+	maxChunkList = 64 << 20
+	// maxRepoObject bounds an index/ or files/ object a backup reads.
+	maxRepoObject = 1 << 30
+	// chunkFlagZstd marks a chunk stored compressed (its first plaintext byte).
+	chunkFlagZstd = 1
+	// repoObjectMagic starts index/ and files/ objects.
+	repoObjectMagic   = "COFFERRP"
+	repoObjectVersion = 1
+)
+
+type chunkID [sha256.Size]byte
+
+// repoKeys are what a chunk key gives a repository.
+type repoKeys struct {
+	id   []byte      // HMAC key of chunk IDs
+	seal cipher.AEAD // seals index/ and files/
+	pol  chunker.Pol // content-defined chunking
+}
+
+// publicChunkKey is the chunk key of repositories whose backups are not encrypted, when none is
+// given: their chunks are plaintext in the store anyway.
+const publicChunkKey = "coffer public chunk key: the backups of this repository are not encrypted"
+
+func deriveRepoKeys(secret string) (repoKeys, error) {
+	var k repoKeys
+	expand := func(label string, n int) ([]byte, error) {
+		return hkdf.Key(sha256.New, []byte(secret), nil, "coffer chunked format 4: "+label, n)
+	}
+	var err error
+	if k.id, err = expand("chunk ids", 32); err != nil {
+		return k, err
+	}
+	sealKey, err := expand("repository objects", 32)
+	if err != nil {
+		return k, err
+	}
+	block, err := aes.NewCipher(sealKey)
+	if err != nil {
+		return k, err
+	}
+	if k.seal, err = cipher.NewGCM(block); err != nil {
+		return k, err
+	}
+	polSeed, err := expand("chunker polynomial", 32)
+	if err != nil {
+		return k, err
+	}
+	k.pol, err = chunker.DerivePolynomial(mrand.NewChaCha8([32]byte(polSeed)))
+	return k, err
+}
+
+// runIndex is an index/ object: the packs one backup wrote.
+type runIndex struct {
+	Packs []runPack
+}
+
+type runPack struct {
+	Key string
+	// KeyRef names the recipients the pack's key is wrapped to; empty for an unencrypted pack.
+	KeyRef  string
+	Wrapped []byte
+	Size    int64
+	Chunks  []runChunk
+}
+
+type runChunk struct {
+	ID                 chunkID
+	Off, Sealed, Plain uint32
+}
+
+// runFiles is a files/ object: the regular files one backup saw.
+type runFiles struct {
+	// Start is when that backup started: a file changed after it may have changed within the
+	// clock's resolution of what was read, and is read again.
+	Start time.Time
+	Files []cachedFile
+}
+
+type cachedFile struct {
+	Path                   string
+	Size, MtimeNs, CtimeNs int64
+	Ino                    uint64
+	SHA256                 [sha256.Size]byte
+	Chunks                 []chunkID
+}
+
+// chunkLoc is where a known chunk is: packs[pack] at off.
+type chunkLoc struct {
+	pack               int32
+	off, sealed, plain uint32
+}
+
+// knownPack is a pack a backup may refer to.
+type knownPack struct {
+	key     string
+	wrapped []byte
+	// emitted is the pack's position in this backup's index, or -1 before it was introduced.
+	emitted int
+}
+
+// chunkStore is the backup side of a chunked backup: it chunks files, stores new chunks in packs
+// and answers each file with its chunk list.
+type chunkStore struct {
+	a             *Agent
+	ctx           context.Context
+	bucket, repo  string
+	name          string // the backup's name in index/ and files/
+	keys          repoKeys
+	start         time.Time
+	packs         []knownPack
+	known         map[chunkID]chunkLoc
+	previous      map[string]*cachedFile
+	previousStart time.Time
+	seen          []cachedFile
+	written       runIndex
+	nextEmit      int
+	cur           *packBuilder
+	chunker       *chunker.Chunker
+	buf           []byte
+	zenc          *zstd.Encoder
+	fileHash, mac hash.Hash
+	uploads       sync.WaitGroup
+	slots         chan struct{}
+	mu            sync.Mutex
+	uploadErr     error
+	stats         chunkStats
+}
+
+type chunkStats struct {
+	filesRead, filesSkipped int64
+	bytesRead               int64
+	chunksNew, chunksKnown  int64
+	bytesNew                int64 // plaintext of new chunks
+	packs                   int64
+	stored                  int64 // bytes of the packs uploaded
+}
+
+// packBuilder fills one pack.
+type packBuilder struct {
+	idx  int32
+	key  []byte // nil without encryption
+	aead cipher.AEAD
+	buf  bytes.Buffer
+	rec  *runPack
+}
+
+// openChunkStore reads the repository's index/ objects and its newest files/ object.
+func (a *Agent) openChunkStore(ctx context.Context, bucket, key string) (*chunkStore, error) {
+	secret := a.ChunkKey
+	if secret == "" {
+		if len(a.Recipients) > 0 {
+			return nil, fmt.Errorf("an encrypted chunked backup needs a chunk key (%s): without one, chunk IDs would tell which content the backups hold", EnvChunkKey)
+		}
+		secret = publicChunkKey
+	}
+	keys, err := deriveRepoKeys(secret)
+	if err != nil {
+		return nil, err
+	}
+	repo := a.repository(key)
+	s := &chunkStore{
+		a: a, ctx: ctx, bucket: bucket, repo: repo, name: strings.TrimSuffix(path.Base(key), ".tar"), keys: keys, start: a.clock(),
+		known: map[chunkID]chunkLoc{}, buf: make([]byte, chunker.MaxSize),
+		fileHash: sha256.New(), mac: hmac.New(sha256.New, keys.id),
+	}
+	threads := a.UploadThreads
+	if threads <= 0 {
+		threads = DefaultUploadThreads
+	}
+	s.slots = make(chan struct{}, threads)
+	s.chunker = chunker.New(bytes.NewReader(nil), keys.pol)
+	level := a.CompressionLevel
+	if level > 0 {
+		if s.zenc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(level)), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20)); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// EnvChunkKey is the environment variable holding a chunked repository's chunk key: any secret
+// text of at least minChunkKey characters (e.g. 32 random bytes in base64), the same for every
+// backup of the repository.
+const EnvChunkKey = "COFFER_CHUNK_KEY"
+
+const minChunkKey = 32
+
+// repository is the key prefix of the repository a chunked backup at key belongs to: the
+// directory of key, then ".coffer".
+func (a *Agent) repository(key string) string {
+	if a.Repository != "" {
+		return strings.TrimSuffix(a.Repository, "/")
+	}
+	dir := path.Dir(key)
+	if dir == "." {
+		return ".coffer"
+	}
+	return dir + "/.coffer"
+}
+
+func (s *chunkStore) load() error {
+	type listed struct {
+		key  string
+		time time.Time
+	}
+	var newestFiles *listed
+	for o := range s.a.S3.ListObjects(s.ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.repo + "/files/"}) {
+		if o.Err != nil {
+			return fmt.Errorf("listing %s: %w", ArtifactURI(s.bucket, s.repo+"/files/"), o.Err)
+		}
+		if newestFiles == nil || o.LastModified.After(newestFiles.time) {
+			newestFiles = &listed{o.Key, o.LastModified}
+		}
+	}
+	keyRef := ""
+	if len(s.a.Recipients) > 0 {
+		keyRef = s.a.KeyRef
+	}
+	for o := range s.a.S3.ListObjects(s.ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.repo + "/index/"}) {
+		if o.Err != nil {
+			return fmt.Errorf("listing %s: %w", ArtifactURI(s.bucket, s.repo+"/index/"), o.Err)
+		}
+		var idx runIndex
+		if err := s.readRepoObject(o.Key, &idx); err != nil {
+			s.a.logf("warning: ignoring %s: %v", o.Key, err)
+			continue
+		}
+		for _, p := range idx.Packs {
+			if p.KeyRef != keyRef {
+				continue // written with other keys (or none): not this backup's to refer to
+			}
+			n := int32(len(s.packs))
+			s.packs = append(s.packs, knownPack{key: p.Key, wrapped: p.Wrapped, emitted: -1})
+			for _, c := range p.Chunks {
+				s.known[c.ID] = chunkLoc{pack: n, off: c.Off, sealed: c.Sealed, plain: c.Plain}
+			}
+		}
+	}
+	if newestFiles != nil {
+		var files runFiles
+		if err := s.readRepoObject(newestFiles.key, &files); err != nil {
+			s.a.logf("warning: every file is read: %s: %v", newestFiles.key, err)
+		} else {
+			s.previousStart = files.Start
+			s.previous = make(map[string]*cachedFile, len(files.Files))
+			for i := range files.Files {
+				s.previous[files.Files[i].Path] = &files.Files[i]
+			}
+		}
+	}
+	s.a.logf("repository %s: %d packs and %d chunks known, %d files of the last backup", ArtifactURI(s.bucket, s.repo), len(s.packs), len(s.known), len(s.previous))
+	return nil
+}
+
+// readRepoObject reads and opens an index/ or files/ object into v.
+func (s *chunkStore) readRepoObject(key string, v any) error {
+	obj, err := s.a.S3.GetObject(s.ctx, s.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	sealed, err := io.ReadAll(io.LimitReader(obj, maxRepoObject+1))
+	if err != nil {
+		return err
+	}
+	if len(sealed) > maxRepoObject {
+		return fmt.Errorf("larger than %d bytes", maxRepoObject)
+	}
+	plain, err := openRepoObject(s.keys.seal, key, sealed)
+	if err != nil {
+		return err
+	}
+	dec, err := zstd.NewReader(bytes.NewReader(plain), zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxRepoObject))
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	return gob.NewDecoder(dec).Decode(v)
+}
+
+// sealRepoObject seals an index/ or files/ object, bound to its key so that one cannot stand in
+// for another: magic, version, nonce, then AES-GCM of the compressed gob.
+func sealRepoObject(aead cipher.AEAD, key string, v any) ([]byte, error) {
+	var plain bytes.Buffer
+	zw, err := zstd.NewWriter(&plain, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	if err := gob.NewEncoder(zw).Encode(v); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	out := append([]byte(repoObjectMagic), repoObjectVersion)
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	out = append(out, nonce...)
+	return aead.Seal(out, nonce, plain.Bytes(), []byte(key)), nil
+}
+
+func openRepoObject(aead cipher.AEAD, key string, sealed []byte) ([]byte, error) {
+	head := len(repoObjectMagic) + 1
+	if len(sealed) < head+aead.NonceSize() || string(sealed[:len(repoObjectMagic)]) != repoObjectMagic {
+		return nil, errors.New("not a repository object")
+	}
+	if sealed[len(repoObjectMagic)] != repoObjectVersion {
+		return nil, fmt.Errorf("repository object version %d is not %d", sealed[len(repoObjectMagic)], repoObjectVersion)
+	}
+	nonce := sealed[head : head+aead.NonceSize()]
+	plain, err := aead.Open(nil, nonce, sealed[head+aead.NonceSize():], []byte(key))
+	if err != nil {
+		return nil, errors.New("does not open with this repository's chunk key")
+	}
+	return plain, nil
+}
+
+// fileChunks answers a regular file with the packs its chunk list introduces (packs not yet named
+// in the index) and the chunk list. The file's chunks come from the last backup's record when its
+// size, modification and change times and inode are unchanged, and every chunk is still known;
+// otherwise the file is read, chunked, and its new chunks stored.
+func (s *chunkStore) fileChunks(f fileToChunk) (newPacks []knownPack, list []byte, sum [sha256.Size]byte, err error) {
+	s.mu.Lock()
+	err = s.uploadErr
+	s.mu.Unlock()
+	if err != nil {
+		return nil, nil, sum, err
+	}
+	rec := cachedFile{Path: f.name, Size: f.size, MtimeNs: f.mtime.UnixNano(), CtimeNs: f.ctime.UnixNano(), Ino: f.ino}
+	var locs []chunkLoc
+	skipped := false
+	if prev := s.previous[f.name]; prev != nil && s.unchanged(prev, &rec) {
+		skipped = true
+		locs = make([]chunkLoc, 0, len(prev.Chunks))
+		for _, id := range prev.Chunks {
+			loc, ok := s.known[id]
+			if !ok {
+				skipped = false
+				break
+			}
+			locs = append(locs, loc)
+		}
+		if skipped {
+			rec.SHA256, rec.Chunks = prev.SHA256, prev.Chunks
+			s.stats.filesSkipped++
+		}
+	}
+	if !skipped {
+		r, err := f.open()
+		if err != nil {
+			return nil, nil, sum, err
+		}
+		if locs, err = s.read(r, f.size, &rec); err != nil {
+			return nil, nil, sum, err
+		}
+		s.stats.filesRead++
+	}
+	s.seen = append(s.seen, rec)
+	for i, loc := range locs {
+		p := &s.packs[loc.pack]
+		if p.emitted < 0 {
+			p.emitted = s.nextEmit
+			s.nextEmit++
+			newPacks = append(newPacks, *p)
+		}
+		list = binary.AppendUvarint(list, uint64(p.emitted))
+		list = binary.AppendUvarint(list, uint64(loc.off))
+		list = binary.AppendUvarint(list, uint64(loc.sealed))
+		list = binary.AppendUvarint(list, uint64(loc.plain))
+		list = append(list, rec.Chunks[i][:]...)
+	}
+	return newPacks, list, rec.SHA256, nil
+}
+
+// fileToChunk is a regular file as the walk found it.
+type fileToChunk struct {
+	open         func() (io.Reader, error)
+	name         string
+	size         int64
+	mtime, ctime time.Time
+	ino          uint64
+}
+
+func statTimes(fi fs.FileInfo) (ctime time.Time, ino uint64) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return time.Unix(st.Ctim.Sec, st.Ctim.Nsec), st.Ino
+	}
+	return fi.ModTime(), 0
+}
+
+// unchanged tells whether a file can be taken from the last backup without reading it: same
+// size, times and inode, and not changed after that backup started (a change within the clock's
+// resolution of its read would leave the times as they were).
+func (s *chunkStore) unchanged(prev, now *cachedFile) bool {
+	return prev.Size == now.Size && prev.MtimeNs == now.MtimeNs && prev.CtimeNs == now.CtimeNs && prev.Ino == now.Ino &&
+		now.Ino != 0 && time.Unix(0, now.CtimeNs).Before(s.previousStart.Add(-time.Second)) &&
+		time.Unix(0, now.MtimeNs).Before(s.previousStart.Add(-time.Second))
+}
+
+// read chunks a file, storing the chunks the repository does not hold.
+func (s *chunkStore) read(r io.Reader, size int64, rec *cachedFile) ([]chunkLoc, error) {
+	s.fileHash.Reset()
+	s.chunker.Reset(io.LimitReader(r, size), s.keys.pol)
+	var locs []chunkLoc
+	var n int64
+	for {
+		c, err := s.chunker.Next(s.buf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		n += int64(c.Length)
+		s.fileHash.Write(c.Data)
+		s.mac.Reset()
+		s.mac.Write(c.Data)
+		var id chunkID
+		s.mac.Sum(id[:0])
+		loc, ok := s.known[id]
+		if ok {
+			s.stats.chunksKnown++
+		} else {
+			if loc, err = s.store(id, c.Data); err != nil {
+				return nil, err
+			}
+			s.known[id] = loc
+		}
+		locs = append(locs, loc)
+		rec.Chunks = append(rec.Chunks, id)
+	}
+	s.stats.bytesRead += n
+	if n != size {
+		return nil, fmt.Errorf("shrank from %d to %d bytes while it was read", size, n)
+	}
+	copy(rec.SHA256[:], s.fileHash.Sum(nil))
+	return locs, nil
+}
+
+// store seals a new chunk into the current pack, and uploads the pack when it is full.
+func (s *chunkStore) store(id chunkID, data []byte) (chunkLoc, error) {
+	if s.cur == nil {
+		if err := s.newPack(); err != nil {
+			return chunkLoc{}, err
+		}
+	}
+	p := s.cur
+	off := p.buf.Len()
+	flag := byte(0)
+	body := data
+	if s.zenc != nil {
+		z := s.zenc.EncodeAll(data, nil)
+		if len(z) < len(data) {
+			flag, body = chunkFlagZstd, z
+		}
+	}
+	if p.aead == nil {
+		p.buf.WriteByte(flag)
+		p.buf.Write(body)
+	} else {
+		nonce := make([]byte, p.aead.NonceSize())
+		if _, err := rand.Read(nonce); err != nil {
+			return chunkLoc{}, err
+		}
+		p.buf.Write(nonce)
+		plain := append([]byte{flag}, body...)
+		p.buf.Write(p.aead.Seal(nil, nonce, plain, id[:]))
+	}
+	sealed := p.buf.Len() - off
+	loc := chunkLoc{pack: p.idx, off: uint32(off), sealed: uint32(sealed), plain: uint32(len(data))}
+	p.rec.Chunks = append(p.rec.Chunks, runChunk{ID: id, Off: loc.off, Sealed: loc.sealed, Plain: loc.plain})
+	s.stats.chunksNew++
+	s.stats.bytesNew += int64(len(data))
+	if p.buf.Len() >= s.a.packSize() {
+		s.upload()
+	}
+	return loc, nil
+}
+
+func (a *Agent) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
+}
+
+func (a *Agent) packSize() int {
+	if a.PackSize > 0 {
+		return a.PackSize
+	}
+	return DefaultPackSize
+}
+
+func (s *chunkStore) newPack() error {
+	var name [16]byte
+	if _, err := rand.Read(name[:]); err != nil {
+		return err
+	}
+	p := &packBuilder{idx: int32(len(s.packs)), rec: &runPack{Key: s.repo + "/packs/" + hex.EncodeToString(name[:])}}
+	if len(s.a.Recipients) > 0 {
+		p.key = make([]byte, 32)
+		if _, err := rand.Read(p.key); err != nil {
+			return err
+		}
+		block, err := aes.NewCipher(p.key)
+		if err != nil {
+			return err
+		}
+		if p.aead, err = cipher.NewGCM(block); err != nil {
+			return err
+		}
+		var wrapped bytes.Buffer
+		w, err := age.Encrypt(&wrapped, s.a.Recipients...)
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(p.key); err != nil {
+			return err
+		}
+		if err := w.Close(); err != nil {
+			return err
+		}
+		p.rec.Wrapped, p.rec.KeyRef = wrapped.Bytes(), s.a.KeyRef
+	}
+	s.packs = append(s.packs, knownPack{key: p.rec.Key, wrapped: p.rec.Wrapped, emitted: -1})
+	s.cur = p
+	return nil
+}
+
+// upload sends the current pack in the background, at most UploadThreads at once.
+func (s *chunkStore) upload() {
+	p := s.cur
+	s.cur = nil
+	if p == nil || p.buf.Len() == 0 {
+		return
+	}
+	p.rec.Size = int64(p.buf.Len())
+	s.written.Packs = append(s.written.Packs, *p.rec)
+	s.stats.packs++
+	s.stats.stored += p.rec.Size
+	s.slots <- struct{}{}
+	s.uploads.Add(1)
+	go func() {
+		defer func() { <-s.slots; s.uploads.Done() }()
+		_, err := s.a.S3.PutObject(s.ctx, s.bucket, p.rec.Key, bytes.NewReader(p.buf.Bytes()), int64(p.buf.Len()),
+			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, SendContentMd5: true})
+		if err != nil {
+			s.mu.Lock()
+			if s.uploadErr == nil {
+				s.uploadErr = fmt.Errorf("uploading pack %s: %w", p.rec.Key, err)
+			}
+			s.mu.Unlock()
+		}
+	}()
+}
+
+// finish uploads the last pack and waits for every upload: the index may only complete once every
+// chunk it names is stored.
+func (s *chunkStore) finish() error {
+	s.upload()
+	s.uploads.Wait()
+	if s.zenc != nil {
+		s.zenc.Close()
+	}
+	return s.uploadErr
+}
+
+// writeRecords stores what this backup wrote (index/) and saw (files/), for the next backups.
+// Once the artifact exists they only save work: a failure is a warning.
+func (s *chunkStore) writeRecords() {
+	put := func(dir string, v any) {
+		key := s.repo + "/" + dir + "/" + s.name
+		b, err := sealRepoObject(s.keys.seal, key, v)
+		if err == nil {
+			_, err = s.a.S3.PutObject(s.ctx, s.bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{ContentType: ContentType, SendContentMd5: true})
+		}
+		if err != nil {
+			s.a.logf("warning: writing %s: %v; the next backup stores this one's chunks again", key, err)
+		}
+	}
+	put("index", &s.written)
+	sort.Slice(s.seen, func(i, j int) bool { return s.seen[i].Path < s.seen[j].Path })
+	put("files", &runFiles{Start: s.start, Files: s.seen})
+}
+
+// chunkSource is the restore side of a chunked artifact: it reads the chunks a file's chunk list
+// names from the packs the index introduced, a window of a pack at a time.
+type chunkSource struct {
+	a       *Agent
+	ctx     context.Context
+	bucket  string
+	packs   []*sourcePack
+	windows []*packWindow // most recently used last
+	zdec    *zstd.Decoder
+	hash    hash.Hash
+	plain   []byte
+}
+
+type sourcePack struct {
+	key     string
+	wrapped []byte
+	aead    cipher.AEAD // nil until first used, or for an unencrypted pack
+}
+
+type packWindow struct {
+	pack int
+	off  int64
+	data []byte
+}
+
+// Bounds of a restore's reads from packs: windows of restoreWindow bytes, at most restoreWindows
+// of them kept.
+const (
+	restoreWindow  = 4 << 20
+	restoreWindows = 4
+	// maxWrappedKey bounds a pack's wrapped key: age's header for 15 post-quantum recipients.
+	maxWrappedKey = 64 << 10
+)
+
+// chunkDamage is a chunk, or a file made of chunks, that is not what the index says: a finding
+// about the backup, not a fault of the run.
+type chunkDamage struct{ msg string }
+
+func (d *chunkDamage) Error() string { return d.msg }
+
+func (a *Agent) newChunkSource(ctx context.Context, bucket string) (*chunkSource, error) {
+	zdec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(chunker.MaxSize+1))
+	if err != nil {
+		return nil, err
+	}
+	return &chunkSource{a: a, ctx: ctx, bucket: bucket, zdec: zdec, hash: sha256.New(), plain: make([]byte, 0, chunker.MaxSize)}, nil
+}
+
+func (c *chunkSource) close() { c.zdec.Close() }
+
+// addPack reads a pack entry of the index.
+func (c *chunkSource) addPack(name string, r io.Reader) error {
+	if name == "" || strings.Contains(name, "..") || len(name) > 1024 {
+		return fmt.Errorf("pack entry %q does not name a pack", name)
+	}
+	wrapped, err := io.ReadAll(io.LimitReader(r, maxWrappedKey+1))
+	if err != nil {
+		return err
+	}
+	if len(wrapped) > maxWrappedKey {
+		return fmt.Errorf("pack entry %q holds more than %d bytes", name, maxWrappedKey)
+	}
+	c.packs = append(c.packs, &sourcePack{key: name, wrapped: wrapped})
+	return nil
+}
+
+// chunkRef is one element of a file's chunk list.
+type chunkRef struct {
+	pack          int
+	off           int64
+	sealed, plain int
+	id            chunkID
+}
+
+func parseChunkList(list []byte, packs int) ([]chunkRef, error) {
+	var refs []chunkRef
+	for len(list) > 0 {
+		var v [4]uint64
+		for i := range v {
+			x, n := binary.Uvarint(list)
+			if n <= 0 {
+				return nil, errors.New("its chunk list is malformed")
+			}
+			v[i], list = x, list[n:]
+		}
+		if len(list) < len(chunkID{}) {
+			return nil, errors.New("its chunk list is truncated")
+		}
+		if v[0] >= uint64(packs) || v[1] > 1<<40 || v[2] > 2*chunker.MaxSize || v[3] > chunker.MaxSize {
+			return nil, errors.New("its chunk list names a pack, place or size out of bounds")
+		}
+		ref := chunkRef{pack: int(v[0]), off: int64(v[1]), sealed: int(v[2]), plain: int(v[3])}
+		copy(ref.id[:], list)
+		refs = append(refs, ref)
+		list = list[len(chunkID{}):]
+	}
+	return refs, nil
+}
+
+// writeFile writes the file whose entry is hdr and whose chunk list r holds to w, and checks it
+// against the size and SHA-256 of the entry.
+func (c *chunkSource) writeFile(w io.Writer, name string, hdr *tar.Header, r io.Reader) error {
+	size, err := strconv.ParseInt(hdr.PAXRecords[paxSize], 10, 64)
+	want, herr := hex.DecodeString(hdr.PAXRecords[paxSHA256])
+	if err != nil || size < 0 || herr != nil || len(want) != sha256.Size {
+		return fmt.Errorf("the entry of a chunked file has no valid %s and %s records", paxSize, paxSHA256)
+	}
+	if hdr.Size > maxChunkList {
+		return fmt.Errorf("its chunk list is %d bytes, more than %d", hdr.Size, maxChunkList)
+	}
+	list, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	refs, err := parseChunkList(list, len(c.packs))
+	if err != nil {
+		return err
+	}
+	c.hash.Reset()
+	var n int64
+	for i, ref := range refs {
+		data, err := c.chunk(ref)
+		if err != nil {
+			var d *chunkDamage
+			if errors.As(err, &d) {
+				d.msg = fmt.Sprintf("%s: chunk %d of %d: %s", name, i+1, len(refs), d.msg)
+			}
+			return err
+		}
+		c.hash.Write(data)
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+		n += int64(len(data))
+	}
+	if got := c.hash.Sum(nil); n != size || !bytes.Equal(got, want) {
+		return &chunkDamage{fmt.Sprintf("%s: its chunks make %d bytes of SHA-256 %x, the index says %d bytes of SHA-256 %x", name, n, got, size, want)}
+	}
+	return nil
+}
+
+// chunk reads, opens and decompresses one chunk.
+func (c *chunkSource) chunk(ref chunkRef) ([]byte, error) {
+	p := c.packs[ref.pack]
+	sealed, err := c.read(ref.pack, ref.off, ref.sealed)
+	if err != nil {
+		return nil, err
+	}
+	plain := sealed
+	if len(p.wrapped) > 0 {
+		if p.aead == nil {
+			if p.aead, err = c.a.Identities.openPackKey(p.key, p.wrapped); err != nil {
+				return nil, err
+			}
+		}
+		ns := p.aead.NonceSize()
+		if len(sealed) < ns {
+			return nil, &chunkDamage{fmt.Sprintf("pack %s holds %d bytes at %d, too few for a sealed chunk", p.key, len(sealed), ref.off)}
+		}
+		if plain, err = p.aead.Open(c.plain[:0], sealed[:ns], sealed[ns:], ref.id[:]); err != nil {
+			return nil, &chunkDamage{fmt.Sprintf("the chunk at %d of pack %s does not authenticate: it is damaged or not the chunk the index names", ref.off, p.key)}
+		}
+	}
+	if len(plain) == 0 {
+		return nil, &chunkDamage{fmt.Sprintf("the chunk at %d of pack %s is empty", ref.off, p.key)}
+	}
+	flag, body := plain[0], plain[1:]
+	switch flag {
+	case 0:
+	case chunkFlagZstd:
+		out, err := c.zdec.DecodeAll(body, make([]byte, 0, ref.plain))
+		if err != nil {
+			return nil, &chunkDamage{fmt.Sprintf("the chunk at %d of pack %s does not decompress: %v", ref.off, p.key, err)}
+		}
+		body = out
+	default:
+		return nil, &chunkDamage{fmt.Sprintf("the chunk at %d of pack %s has the unknown flag %d", ref.off, p.key, flag)}
+	}
+	if len(body) != ref.plain {
+		return nil, &chunkDamage{fmt.Sprintf("the chunk at %d of pack %s is %d bytes, the index says %d", ref.off, p.key, len(body), ref.plain)}
+	}
+	return body, nil
+}
+
+// read returns n bytes of a pack at off, from a window it holds or a new one.
+func (c *chunkSource) read(pack int, off int64, n int) ([]byte, error) {
+	for i, w := range c.windows {
+		if w.pack == pack && off >= w.off && off+int64(n) <= w.off+int64(len(w.data)) {
+			c.windows = append(append(c.windows[:i:i], c.windows[i+1:]...), w)
+			return w.data[off-w.off : off-w.off+int64(n)], nil
+		}
+	}
+	p := c.packs[pack]
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(off, off+int64(max(n, restoreWindow))-1); err != nil {
+		return nil, err
+	}
+	obj, err := c.a.S3.GetObject(c.ctx, c.bucket, p.key, opts)
+	if err != nil {
+		return nil, fmt.Errorf("reading pack %s: %w", p.key, err)
+	}
+	defer obj.Close()
+	var w *packWindow
+	if len(c.windows) >= restoreWindows {
+		w, c.windows = c.windows[0], c.windows[1:]
+	} else {
+		w = &packWindow{}
+	}
+	w.pack, w.off = pack, off
+	buf := bytes.NewBuffer(w.data[:0])
+	_, err = buf.ReadFrom(obj)
+	w.data = buf.Bytes()
+	if err != nil {
+		w.data = w.data[:0]
+		if code := minio.ToErrorResponse(err).Code; code == minio.NoSuchKey || code == "InvalidRange" {
+			return nil, &chunkDamage{fmt.Sprintf("pack %s has no bytes at %d: %s", p.key, off, code)}
+		}
+		return nil, fmt.Errorf("reading pack %s: %w", p.key, err)
+	}
+	c.windows = append(c.windows, w)
+	if len(w.data) < n {
+		return nil, &chunkDamage{fmt.Sprintf("pack %s ends %d bytes into the %d-byte chunk at %d", p.key, len(w.data), n, off)}
+	}
+	return w.data[:n], nil
+}
+
+// openPackKey unwraps a pack's key.
+func (ids *Identities) openPackKey(pack string, wrapped []byte) (cipher.AEAD, error) {
+	if ids == nil || len(ids.ids) == 0 {
+		return nil, fmt.Errorf("pack %s is encrypted, and the agent was given no identity", pack)
+	}
+	r, err := age.Decrypt(bytes.NewReader(wrapped), ids.ids...)
+	if err != nil {
+		var noMatch *age.NoIdentityMatchError
+		if errors.As(err, &noMatch) {
+			return nil, fmt.Errorf("wrong key: none of the identities given (keys %s) opens the key of pack %s", strings.Join(ids.fingerprints, ","), pack)
+		}
+		return nil, &chunkDamage{fmt.Sprintf("the key of pack %s does not open: %v", pack, err)}
+	}
+	key, err := io.ReadAll(io.LimitReader(r, 33))
+	if err != nil || len(key) != 32 {
+		return nil, &chunkDamage{fmt.Sprintf("the key of pack %s is not 32 bytes", pack)}
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
