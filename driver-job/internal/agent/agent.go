@@ -108,6 +108,9 @@ type Agent struct {
 	// now, when set, is the clock of chunked backups, which tell files changed just before a
 	// backup from settled ones; tests move it.
 	now func() time.Time
+	// afterLoad, when set, runs once a chunked backup read what its repository holds; tests run
+	// maintenance there.
+	afterLoad func()
 	// afterHeader, when set, runs once a restore checked the artifact's header and before it
 	// extracts; tests change the object there.
 	afterHeader func()

@@ -230,7 +230,7 @@ func corrupt(t *testing.T, bucket, key string) string {
 	return fmt.Sprintf("sha256:%x", sha256.Sum256(data))
 }
 
-func keyOf(t *testing.T, report *jobv1.ArtifactReport) (bucket, key string) {
+func keyOf(t testing.TB, report *jobv1.ArtifactReport) (bucket, key string) {
 	t.Helper()
 	bucket, key, err := backupsv1.ParseS3URI(report.URI)
 	if err != nil {

@@ -116,7 +116,6 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		},
 	}
 	if chunks != nil {
-		chunks.writeRecords()
 		st := chunks.stats
 		a.logf("chunked: %d files read (%d bytes), %d unchanged files not read; %d new chunks (%d bytes) in %d packs of %d bytes, %d chunks already stored",
 			st.filesRead, st.bytesRead, st.filesSkipped, st.chunksNew, st.bytesNew, st.packs, st.stored, st.chunksKnown)

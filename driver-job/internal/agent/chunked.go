@@ -117,9 +117,10 @@ func deriveRepoKeys(secret string) (repoKeys, error) {
 	return k, err
 }
 
-// runIndex is an index/ object: the packs one backup wrote.
+// runIndex is an index/ object: the packs one backup wrote, and the artifact it wrote them for.
 type runIndex struct {
-	Packs []runPack
+	Artifact string
+	Packs    []runPack
 }
 
 type runPack struct {
@@ -142,6 +143,9 @@ type runFiles struct {
 	// clock's resolution of what was read, and is read again.
 	Start time.Time
 	Files []cachedFile
+	// Packs are all the packs the backup's artifact names: while the artifact exists, maintenance
+	// keeps them.
+	Packs []string
 }
 
 type cachedFile struct {
@@ -181,6 +185,7 @@ type chunkStore struct {
 	previousStart time.Time
 	seen          []cachedFile
 	written       runIndex
+	emittedKeys   []string // the packs the artifact names, in order
 	nextEmit      int
 	cur           *packBuilder
 	chunker       *chunker.Chunker
@@ -243,8 +248,17 @@ func (a *Agent) openChunkStore(ctx context.Context, bucket, key string) (*chunkS
 			return nil, err
 		}
 	}
+	s.written.Artifact = key
+	// The session marker comes first: maintenance condemns no pack this backup may have learnt of
+	// while the backup may still run (maintain.go).
+	if err := s.putRepoObject("sessions", s.name, &session{Artifact: key}); err != nil {
+		return nil, err
+	}
 	if err := s.load(); err != nil {
 		return nil, err
+	}
+	if s.a.afterLoad != nil {
+		s.a.afterLoad()
 	}
 	return s, nil
 }
@@ -434,6 +448,7 @@ func (s *chunkStore) fileChunks(f fileToChunk) (newPacks []knownPack, list []byt
 		if p.emitted < 0 {
 			p.emitted = s.nextEmit
 			s.nextEmit++
+			s.emittedKeys = append(s.emittedKeys, p.key)
 			newPacks = append(newPacks, *p)
 		}
 		list = binary.AppendUvarint(list, uint64(p.emitted))
@@ -627,33 +642,36 @@ func (s *chunkStore) upload() {
 	}()
 }
 
-// finish uploads the last pack and waits for every upload: the index may only complete once every
-// chunk it names is stored.
+// finish uploads the last pack and waits for every upload, then stores what this backup wrote
+// (index/) and referred to (files/): the artifact may only complete once every chunk it names is
+// stored and maintenance can see that it names them.
 func (s *chunkStore) finish() error {
 	s.upload()
 	s.uploads.Wait()
 	if s.zenc != nil {
 		s.zenc.Close()
 	}
-	return s.uploadErr
+	if s.uploadErr != nil {
+		return s.uploadErr
+	}
+	if err := s.putRepoObject("index", s.name, &s.written); err != nil {
+		return err
+	}
+	sort.Slice(s.seen, func(i, j int) bool { return s.seen[i].Path < s.seen[j].Path })
+	return s.putRepoObject("files", s.name, &runFiles{Start: s.start, Files: s.seen, Packs: s.emittedKeys})
 }
 
-// writeRecords stores what this backup wrote (index/) and saw (files/), for the next backups.
-// Once the artifact exists they only save work: a failure is a warning.
-func (s *chunkStore) writeRecords() {
-	put := func(dir string, v any) {
-		key := s.repo + "/" + dir + "/" + s.name
-		b, err := sealRepoObject(s.keys.seal, key, v)
-		if err == nil {
-			_, err = s.a.S3.PutObject(s.ctx, s.bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{ContentType: ContentType, SendContentMd5: true})
-		}
-		if err != nil {
-			s.a.logf("warning: writing %s: %v; the next backup stores this one's chunks again", key, err)
-		}
+// putRepoObject seals v and stores it as dir/name.
+func (s *chunkStore) putRepoObject(dir, name string, v any) error {
+	key := s.repo + "/" + dir + "/" + name
+	b, err := sealRepoObject(s.keys.seal, key, v)
+	if err != nil {
+		return err
 	}
-	put("index", &s.written)
-	sort.Slice(s.seen, func(i, j int) bool { return s.seen[i].Path < s.seen[j].Path })
-	put("files", &runFiles{Start: s.start, Files: s.seen})
+	if _, err := s.a.S3.PutObject(s.ctx, s.bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{ContentType: ContentType, SendContentMd5: true}); err != nil {
+		return fmt.Errorf("storing %s: %w", ArtifactURI(s.bucket, key), err)
+	}
+	return nil
 }
 
 // chunkSource is the restore side of a chunked artifact: it reads the chunks a file's chunk list

@@ -51,7 +51,7 @@ func randomFiles(t *testing.T, dir string, n, size int, seed uint64) {
 	}
 }
 
-func writeRandom(t *testing.T, p string, size int, rng *rand.Rand) {
+func writeRandom(t testing.TB, p string, size int, rng *rand.Rand) {
 	t.Helper()
 	data := make([]byte, size)
 	for i := range data {
