@@ -67,11 +67,16 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 	if err != nil {
 		return nil, err
 	}
+	putOpts := a.putOptions()
 	_, err = a.S3.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
-	switch {
+	switch code := minio.ToErrorResponse(err).Code; {
 	case err == nil:
 		return nil, fmt.Errorf("%s already exists; refusing to overwrite it", uri)
-	case minio.ToErrorResponse(err).Code != minio.NoSuchKey:
+	case code == "AccessDenied" || code == "Forbidden":
+		// Credentials that may put and not read (BackupPolicy): the store refuses the upload
+		// if the object exists.
+		putOpts.SetMatchETagExcept("*")
+	case code != minio.NoSuchKey:
 		return nil, fmt.Errorf("checking whether %s exists: %w", uri, err)
 	}
 
@@ -93,10 +98,13 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 	}()
 	hash := sha256.New()
 	var size byteCounter
-	info, uploadErr := a.S3.PutObject(ctx, bucket, key, io.TeeReader(pr, io.MultiWriter(hash, &size)), -1, a.putOptions())
+	info, uploadErr := a.S3.PutObject(ctx, bucket, key, io.TeeReader(pr, io.MultiWriter(hash, &size)), -1, putOpts)
 	pr.CloseWithError(errUploadEnded) // unblocks the archiver if the upload failed
 	if err := <-archived; err != nil && !errors.Is(err, errUploadEnded) {
 		return nil, fmt.Errorf("archiving %s: %w", dir, err)
+	}
+	if minio.ToErrorResponse(uploadErr).Code == "PreconditionFailed" {
+		return nil, fmt.Errorf("%s already exists; refusing to overwrite it", uri)
 	}
 	if uploadErr != nil {
 		return nil, fmt.Errorf("uploading %s: %w", uri, uploadErr)

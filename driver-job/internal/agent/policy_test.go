@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+)
+
+// restrictedClient is a client of the shared MinIO with temporary credentials limited by policy
+// (STS AssumeRole with a session policy: the root user's rights, intersected with it).
+func restrictedClient(t *testing.T, policy string) *minio.Client {
+	t.Helper()
+	creds, err := credentials.NewSTSAssumeRole("http://"+store(t).S3Endpoint, credentials.STSAssumeRoleOptions{
+		AccessKey: velerostack.AccessKey, SecretKey: velerostack.SecretKey, Policy: policy, Location: "us-east-1", DurationSeconds: 3600,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := minio.New(store(t).S3Endpoint, &minio.Options{Creds: creds, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestBackupWithBackupOnlyRights: with the credentials of BackupPolicy a backup Job backs up, in
+// both formats, and a chunked backup still skips what is stored; and those credentials can read
+// no artifact and no pack, delete nothing, list nothing but the repository's records, and
+// replace no artifact through the agent.
+func TestBackupWithBackupOnlyRights(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t)
+	dir := t.TempDir()
+	randomFiles(t, dir, 3, 1<<20, 11)
+	want := snapshot(t, dir)
+	full := settledAgent(t)
+	limited := restrictedClient(t, BackupPolicy(bucket, "ns", "ns/.coffer"))
+	a := *full
+	a.S3 = limited
+
+	first, err := a.Backup(ctx, dir, bucket, "ns/first.tar")
+	if err != nil {
+		t.Fatalf("chunked backup with backup-only rights: %v", err)
+	}
+	second, err := a.Backup(ctx, dir, bucket, "ns/second.tar")
+	if err != nil {
+		t.Fatalf("second chunked backup with backup-only rights: %v", err)
+	}
+	if read, stored := metaInt(t, second, MetaUncompressedBytes), metaInt(t, second, MetaStoredBytes); read != 0 || stored != 0 {
+		t.Errorf("the second backup read %d bytes and stored %d: with backup-only rights it must still find what is stored", read, stored)
+	}
+	tarAgent := a
+	tarAgent.Chunked = false
+	tarReport, err := tarAgent.Backup(ctx, dir, bucket, "ns/tar.tar")
+	if err != nil {
+		t.Fatalf("tar backup with backup-only rights: %v", err)
+	}
+	if _, err := tarAgent.Backup(ctx, dir, bucket, "ns/tar.tar"); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
+		t.Errorf("a second backup to the same key with backup-only rights: %v; want it refused", err)
+	}
+	for _, r := range []*chunkedOrTar{{"first", first}, {"second", second}, {"tar", tarReport}} {
+		assertSameTree(t, want, restoreInto(t, full, r.report))
+	}
+
+	var pack string
+	for k := range objectsBelow(t, bucket, "ns/.coffer/packs/") {
+		pack = k
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if code := minio.ToErrorResponse(err).Code; code != "AccessDenied" {
+			t.Errorf("%s with backup-only rights: %v (%s); want AccessDenied", what, err, code)
+		}
+	}
+	for _, key := range []string{"ns/first.tar", pack, "ns/tar.tar"} {
+		obj, err := limited.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+		if err == nil {
+			_, err = io.ReadAll(obj)
+		}
+		denied("reading "+key, err)
+		denied("deleting "+key, limited.RemoveObject(ctx, bucket, key, minio.RemoveObjectOptions{}))
+	}
+	for _, prefix := range []string{"ns/", "ns/.coffer/packs/", ""} {
+		for o := range limited.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix}) {
+			denied("listing "+prefix, o.Err)
+			break
+		}
+	}
+	_, err = limited.PutObject(ctx, "another-bucket", "x", bytes.NewReader(nil), 0, minio.PutObjectOptions{})
+	if err == nil {
+		t.Error("backup-only rights put an object into another bucket")
+	}
+}
+
+type chunkedOrTar struct {
+	name   string
+	report *jobv1.ArtifactReport
+}
