@@ -53,6 +53,12 @@ const (
 	// EnvAgeIdentities holds the age identities (private keys) a restore decrypts with, from the
 	// Secret's key SecretKeyIdentities (restore only; set with secretKeyRef, never a value).
 	EnvAgeIdentities = "COFFER_AGE_IDENTITIES"
+	// EnvArtifactFormat is "chunked" when the strategy's artifact.format is Chunked (backup
+	// only); unset, the agent writes its tar format.
+	EnvArtifactFormat = "COFFER_ARTIFACT_FORMAT"
+	// EnvChunkKey holds the chunk key of a Chunked strategy with encryption, from the Secret's key
+	// SecretKeyChunkKey (backup only; set with secretKeyRef, never a value).
+	EnvChunkKey = "COFFER_CHUNK_KEY"
 	// EnvRecord holds the record (backups/v1alpha1 ArtifactRecord, JSON) of the Backup a backup
 	// Job makes, without its artifact (backup only). A backup process completes it with the
 	// artifact it reports and stores it next to the artifact, at the artifact's key plus
@@ -71,6 +77,8 @@ const (
 	// SecretKeyIdentities holds the age identities of restores, one per line: the current key's
 	// and every older key some artifact was encrypted to.
 	SecretKeyIdentities = "identities"
+	// SecretKeyChunkKey holds the chunk key of the Chunked format's repository.
+	SecretKeyChunkKey = "chunkKey"
 )
 
 // Modes of a Job, the value of EnvMode.

@@ -162,6 +162,18 @@ type ArtifactOptions struct {
 	// +kubebuilder:validation:XValidation:rule="self >= 0 && self <= 22",message="compressionLevel must be 0 (no compression) to 22"
 	CompressionLevel *int32 `json:"compressionLevel,omitempty"`
 
+	// format is what new backups write. Tar (the default) stores each backup as one object: a
+	// full copy every time. Chunked stores content-defined chunks, compressed and encrypted one by
+	// one, in packs shared by the backups of the run's namespace (below the prefix, in
+	// .coffer/<namespace>/): a backup reads only the files whose size, times or inode changed and
+	// stores only the chunks the repository does not hold, and each Backup's artifact is an index
+	// that restores on its own. With encryption, the Secret needs the key "chunkKey" too.
+	// Deleting a chunked Backup deletes its index; its chunks go when maintenance finds that no
+	// Backup names them (docs/driver-job.md). Restores read either format.
+	// +optional
+	// +kubebuilder:validation:Enum=Tar;Chunked
+	Format ArtifactFormat `json:"format,omitempty"`
+
 	// encryption encrypts new backups with age, client-side, to the public keys of a Secret, and
 	// decrypts restores with its private keys. Unset means no encryption (restores still read
 	// encrypted artifacts when the Secret is set).
@@ -169,13 +181,26 @@ type ArtifactOptions struct {
 	Encryption *ArtifactEncryption `json:"encryption,omitempty"`
 }
 
+// ArtifactFormat is what a backup writes.
+type ArtifactFormat string
+
+const (
+	// ArtifactFormatTar is one object per backup (coffer-agent's format 3).
+	ArtifactFormatTar ArtifactFormat = "Tar"
+	// ArtifactFormatChunked is an index per backup and chunks shared by a namespace's backups
+	// (coffer-agent's format 4).
+	ArtifactFormatChunked ArtifactFormat = "Chunked"
+)
+
 // ArtifactEncryption names the Secret of an artifact's keys.
 type ArtifactEncryption struct {
 	// secretName is a Secret in the namespace of each run (the application's) with the keys
 	// "recipients" (age public keys, one per line; backups encrypt to them) and "identities" (age
-	// private keys, one per line; restores decrypt with them). Backup Jobs see only the
-	// recipients, restore Jobs only the identities, each as an environment variable read from the
-	// Secret (secretKeyRef); the Job spec never holds a key.
+	// private keys, one per line; restores decrypt with them), and for the Chunked format
+	// "chunkKey" (a secret of at least 32 characters, the same for every backup of the namespace:
+	// it names chunks and seals the records backups read). Backup Jobs see only the recipients
+	// and the chunk key, restore Jobs only the identities, each as an environment variable read
+	// from the Secret (secretKeyRef); the Job spec never holds a key.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="size(self) > 0 && size(self) <= 253",message="secretName must be 1-253 characters"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="secretName must be a DNS subdomain name"

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -196,10 +195,10 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 	}
 	a := &Agent{S3: s3, Log: stderr, CompressionLevel: cfg.CompressionLevel, Recipients: cfg.Recipients, KeyRef: cfg.KeyRef, Identities: cfg.Identities, Record: cfg.Record,
 		Chunked: cfg.Format == FormatChunked, ChunkKey: cfg.ChunkKey}
-	if a.Chunked && cfg.RunNamespace != "" {
+	if a.Chunked {
 		// One repository per namespace, whatever the strategy's prefix: no chunk is shared
 		// between tenants.
-		a.Repository = path.Join(cfg.Prefix, ".coffer", cfg.RunNamespace)
+		a.Repository = cfg.Repository
 	}
 	if cfg.Application != "" {
 		a.logf("%s of %s for %s %s/%s", cfg.Mode, cfg.Application, cfg.RunKind, cfg.RunNamespace, cfg.RunName)
@@ -246,6 +245,12 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 			return err
 		}
 		return a.Cleanup(ctx, bucket, key)
+	case ModeMaintain:
+		report, err := a.Maintain(ctx, cfg.Bucket, cfg.Repository, cfg.Margin)
+		if err != nil {
+			return err
+		}
+		return a.report(cfg, stdout, report, false)
 	case jobv1.ModeCheck:
 		bucket, key, err := backupsv1.ParseS3URI(cfg.ArtifactURI)
 		if err != nil {
@@ -257,7 +262,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		}
 		return a.report(cfg, stdout, report, true) // without it the driver cannot tell either
 	}
-	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore, verify, cleanup or check", cfg.Mode)}
+	return &UsageError{Err: fmt.Errorf("mode %q is not backup, restore, verify, cleanup, check or maintain", cfg.Mode)}
 }
 
 // report writes v as JSON to the termination log and stdout. required: a report that cannot be

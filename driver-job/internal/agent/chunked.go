@@ -31,6 +31,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 	"github.com/restic/chunker"
+
+	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
 // Format 4, the chunked format (docs/artifact-format.md). The artifact is a Backup's index: a
@@ -266,7 +268,7 @@ func (a *Agent) openChunkStore(ctx context.Context, bucket, key string) (*chunkS
 // EnvChunkKey is the environment variable holding a chunked repository's chunk key: any secret
 // text of at least minChunkKey characters (e.g. 32 random bytes in base64), the same for every
 // backup of the repository.
-const EnvChunkKey = "COFFER_CHUNK_KEY"
+const EnvChunkKey = jobv1.EnvChunkKey
 
 const minChunkKey = 32
 

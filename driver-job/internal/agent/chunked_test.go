@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -63,7 +64,7 @@ func writeRandom(t testing.TB, p string, size int, rng *rand.Rand) {
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	past := time.Now().Add(-time.Hour)
+	past := time.Now().Add(-time.Hour).Truncate(time.Second) // whole seconds, as tar keeps them
 	if err := os.Chtimes(p, past, past); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +155,18 @@ func TestChunkedRoundTrip(t *testing.T) {
 		if v.Format != 4 || v.Compared != v.Files || v.Files < 6 || v.Mismatched != 0 {
 			t.Errorf("verify report %+v, want format 4 and every file compared, none differing", v)
 		}
+	}
+
+	// Maintenance of the namespace's repository, from the command line.
+	me := env(t, ModeMaintain, bucket, "")
+	me[EnvChunkKey] = testChunkKey
+	r = run(t, me)
+	if r.code != 0 {
+		t.Fatalf("maintain exited %d: %s", r.code, r.stderr)
+	}
+	var m MaintenanceReport
+	if err := json.Unmarshal([]byte(r.termLog), &m); err != nil || m.Live != 1 || m.Packs == 0 || m.Deleted != 0 || m.Repository != report.Metadata[MetaRepository] {
+		t.Errorf("maintenance report %q (%v): want the one Backup live and nothing deleted in %s", r.termLog, err, report.Metadata[MetaRepository])
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"filippo.io/age"
 
@@ -25,7 +27,7 @@ const (
 	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
 	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
 	// EnvFormat is the fallback of --format.
-	EnvFormat = "COFFER_ARTIFACT_FORMAT"
+	EnvFormat = jobv1.EnvArtifactFormat
 )
 
 // Values of --format.
@@ -42,7 +44,7 @@ const (
 
 // Config is the agent's configuration, from flags with environment fallbacks.
 type Config struct {
-	// Mode is backup, restore, verify, cleanup or check.
+	// Mode is backup, restore, verify, cleanup, check or maintain.
 	Mode string
 	// Dir is the directory backed up, or restored into.
 	Dir string
@@ -88,7 +90,15 @@ type Config struct {
 	// repository's key (COFFER_CHUNK_KEY, environment only).
 	Format   string
 	ChunkKey string
+	// Repository and Margin are what maintenance maintains, and how long a backup may run.
+	Repository string
+	Margin     time.Duration
+	margin     string
 }
+
+// ModeMaintain runs maintenance on a chunked repository (maintain.go). No driver runs it yet: an
+// operator runs it with the repository's full credentials (docs/driver-job.md).
+const ModeMaintain = "maintain"
 
 // UsageError is a configuration error; the agent exits with code 2 on it.
 type UsageError struct{ Err error }
@@ -109,7 +119,9 @@ type stringFlag struct {
 
 func (c *Config) flags() []stringFlag {
 	return []stringFlag{
-		{"mode", jobv1.EnvMode, "", "backup, restore, verify, cleanup or check", &c.Mode},
+		{"mode", jobv1.EnvMode, "", "backup, restore, verify, cleanup, check, or maintain (a chunked repository)", &c.Mode},
+		{"repository", "", "", "maintain: the chunked repository's prefix; by default <prefix>/.coffer/<" + jobv1.EnvRunNamespace + ">", &c.Repository},
+		{"margin", "", DefaultMaintenanceMargin.String(), "maintain: the longest a backup runs; one that started longer ago and did not finish is taken for dead", &c.margin},
 		{"dir", EnvDataDir, DefaultDir, "directory backed up, or restored into", &c.Dir},
 		{"endpoint", jobv1.ParamEnvName("endpoint"), "", "S3 endpoint: http://host:port, https://host[:port], or host[:port] for HTTPS", &c.Endpoint},
 		{"bucket", jobv1.ParamEnvName("bucket"), "", "bucket receiving backups (restore, cleanup and check use the artifact URI's)", &c.Bucket},
@@ -201,6 +213,12 @@ func ParseConfig(args []string, getenv func(string) string) (*Config, error) {
 		return c, usageErrorf("format %q is not %s or %s", c.Format, FormatTar, FormatChunked)
 	}
 	c.ChunkKey = getenv(EnvChunkKey)
+	if c.Margin, err = time.ParseDuration(c.margin); err != nil {
+		return c, usageErrorf("--margin %q is not a duration", c.margin)
+	}
+	if c.Repository == "" && c.RunNamespace != "" {
+		c.Repository = path.Join(c.Prefix, ".coffer", c.RunNamespace)
+	}
 	if c.Format == FormatChunked && c.Mode == jobv1.ModeBackup {
 		if c.ChunkKey != "" && len(c.ChunkKey) < minChunkKey {
 			return c, usageErrorf("%s is %d characters; a chunk key needs at least %d", EnvChunkKey, len(c.ChunkKey), minChunkKey)
@@ -256,11 +274,11 @@ func (c *Config) keys(getenv func(string) string) error {
 
 func (c *Config) validate() error {
 	switch c.Mode {
-	case jobv1.ModeBackup, jobv1.ModeRestore, jobv1.ModeVerify, jobv1.ModeCleanup, jobv1.ModeCheck:
+	case jobv1.ModeBackup, jobv1.ModeRestore, jobv1.ModeVerify, jobv1.ModeCleanup, jobv1.ModeCheck, ModeMaintain:
 	case "":
-		return usageErrorf("no mode: set --mode or %s to backup, restore, verify, cleanup or check", jobv1.EnvMode)
+		return usageErrorf("no mode: set --mode or %s to backup, restore, verify, cleanup, check or maintain", jobv1.EnvMode)
 	default:
-		return usageErrorf("mode %q is not backup, restore, verify, cleanup or check", c.Mode)
+		return usageErrorf("mode %q is not backup, restore, verify, cleanup, check or maintain", c.Mode)
 	}
 	if c.Endpoint == "" {
 		return usageErrorf("no S3 endpoint: set --endpoint or %s", jobv1.ParamEnvName("endpoint"))
@@ -285,6 +303,16 @@ func (c *Config) validate() error {
 		// Refused before anything is uploaded: a URI the driver could not read as s3://bucket/key.
 		if _, _, err := backupsv1.ParseS3URI(ArtifactURI(c.Bucket, ObjectKey(c.Prefix, c.RunName, c.RunUID))); err != nil {
 			return usageErrorf("the bucket and prefix make no usable artifact URI: %v", err)
+		}
+	case ModeMaintain:
+		if c.Bucket == "" {
+			return usageErrorf("no bucket: set --bucket or %s", jobv1.ParamEnvName("bucket"))
+		}
+		if c.Repository == "" {
+			return usageErrorf("no repository: set --repository, or %s for the namespace's", jobv1.EnvRunNamespace)
+		}
+		if c.Margin <= 0 {
+			return usageErrorf("--margin %s is not a positive duration", c.Margin)
 		}
 	case jobv1.ModeRestore, jobv1.ModeVerify:
 		if !checksumPattern.MatchString(c.ArtifactChecksum) {

@@ -92,7 +92,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"no mode", backup(map[string]string{jobv1.EnvMode: ""}), nil, "no mode"},
-		{"unknown mode", backup(nil), []string{"--mode=archive"}, `mode "archive" is not backup, restore, verify, cleanup or check`},
+		{"unknown mode", backup(nil), []string{"--mode=archive"}, `mode "archive" is not backup, restore, verify, cleanup, check or maintain`},
 		{"no endpoint", backup(map[string]string{jobv1.ParamEnvName("endpoint"): ""}), nil, "no S3 endpoint"},
 		{"endpoint scheme", backup(nil), []string{"--endpoint=ftp://host"}, "the scheme must be http or https"},
 		{"endpoint path", backup(nil), []string{"--endpoint=https://host/bucket"}, "must be scheme://host[:port] only"},

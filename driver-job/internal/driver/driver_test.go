@@ -749,7 +749,7 @@ func drain(rec *events.FakeRecorder) []string {
 // holds no key); the agent's metadata lands in the Backup's driverMetadata.
 func TestArtifactOptions(t *testing.T) {
 	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) {
-		s.Artifact = &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](7), Encryption: &jobapi.ArtifactEncryption{SecretName: "backup-keys"}}
+		s.Artifact = &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](7), Format: jobapi.ArtifactFormatChunked, Encryption: &jobapi.ArtifactEncryption{SecretName: "backup-keys"}}
 		s.CleanupTemplate = ptr.To(agentTemplate())
 		s.Template.Spec.Containers[0].Env = append(s.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: jobapi.EnvAgeRecipients, Value: "age1spoofed"})
 	})
@@ -773,6 +773,9 @@ func TestArtifactOptions(t *testing.T) {
 	require.Equal(t, &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "backup-keys"}, Key: jobapi.SecretKeyRecipients, Optional: ptr.To(true)},
 		keyRef(c, jobapi.EnvAgeRecipients), "the template cannot replace the strategy's keys")
 	require.Nil(t, keyRef(c, jobapi.EnvAgeIdentities), "a backup never sees the private keys")
+	require.Equal(t, "chunked", e[jobapi.EnvArtifactFormat])
+	require.Equal(t, &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "backup-keys"}, Key: jobapi.SecretKeyChunkKey, Optional: ptr.To(true)},
+		keyRef(c, jobapi.EnvChunkKey), "a chunked backup gets the chunk key by reference")
 
 	report := `{"uri":"s3://coffer/` + f.ns + `/a.tar","sizeBytes":4096,"checksum":"` + goodSum + `","metadata":{"format":"2","compression":"zstd-7","uncompressedBytes":"16384","compressionRatio":"4.00","encryption":"age","keyRef":"0123456789abcdef"}}`
 	f.finish(j, 0, report, "")
@@ -792,6 +795,8 @@ func TestArtifactOptions(t *testing.T) {
 		keyRef(rc, jobapi.EnvAgeIdentities))
 	require.Equal(t, "age1spoofed", env(rc)[jobapi.EnvAgeRecipients], "a restore gets no public keys from the driver")
 	require.NotContains(t, env(rc), jobapi.EnvCompressionLevel)
+	require.NotContains(t, env(rc), jobapi.EnvArtifactFormat, "a restore reads the format from the artifact")
+	require.Nil(t, keyRef(rc, jobapi.EnvChunkKey), "a restore needs no chunk key")
 	require.Equal(t, "backup-keys", env(rc)[jobapi.EnvEncryptionSecret])
 }
 
@@ -802,6 +807,7 @@ func TestArtifactOptionsValidation(t *testing.T) {
 		"negative level": {CompressionLevel: ptr.To[int32](-1)},
 		"bad secret":     {Encryption: &jobapi.ArtifactEncryption{SecretName: "Not_A_Name"}},
 		"empty secret":   {Encryption: &jobapi.ArtifactEncryption{}},
+		"unknown format": {Format: "Zip"},
 	} {
 		s := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{GenerateName: "invalid-"},
 			Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &a}}
@@ -809,7 +815,7 @@ func TestArtifactOptionsValidation(t *testing.T) {
 		require.True(t, apierrors.IsInvalid(err), "%s: %v", name, err)
 	}
 	ok := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{GenerateName: "valid-"},
-		Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](0), Encryption: &jobapi.ArtifactEncryption{SecretName: "keys.v2"}}}}
+		Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](0), Format: jobapi.ArtifactFormatChunked, Encryption: &jobapi.ArtifactEncryption{SecretName: "keys.v2"}}}}
 	require.NoError(t, cl.Create(context.Background(), ok))
 }
 

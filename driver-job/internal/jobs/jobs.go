@@ -205,6 +205,10 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	if mode == jobapi.ModeBackup && a.CompressionLevel != nil {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvCompressionLevel, Value: strconv.Itoa(int(*a.CompressionLevel))})
 	}
+	chunked := mode == jobapi.ModeBackup && a.Format == jobapi.ArtifactFormatChunked
+	if chunked {
+		env = append(env, corev1.EnvVar{Name: jobapi.EnvArtifactFormat, Value: "chunked"})
+	}
 	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore || mode == jobapi.ModeVerify) {
 		name, key := jobapi.EnvAgeRecipients, jobapi.SecretKeyRecipients
 		if mode != jobapi.ModeBackup {
@@ -215,6 +219,11 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 			corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: e.SecretName}, Key: key, Optional: ptr.To(true),
 			}}})
+		if chunked {
+			env = append(env, corev1.EnvVar{Name: jobapi.EnvChunkKey, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: e.SecretName}, Key: jobapi.SecretKeyChunkKey, Optional: ptr.To(true),
+			}}})
+		}
 	}
 	return env
 }
