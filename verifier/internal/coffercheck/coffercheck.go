@@ -141,11 +141,29 @@ func compare(out backend.Outcome, b *backupsv1.Backup, d download.Digest, missin
 		ok = false
 		add(securityv1.CodeChecksumMismatch, securityv1.SeverityCritical, fmt.Sprintf("the stored artifact's SHA-256 is %s, but the Backup records %s", out.ComputedChecksum, art.Checksum))
 	}
-	if ok {
+	switch {
+	case ok && b.Spec.DriverMetadata[chunkedFormatKey] == chunkedFormat:
+		// The truth about what was read: a chunked artifact is an index, and its chunks live in
+		// packs the verifier cannot open (they are sealed for the namespace's keys).
+		add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, fmt.Sprintf("the stored index %s (%d bytes) of a chunked Backup matches the recorded %s; "+
+			"the chunks it names (in %s) are read by full-restore verification, not by checksum-only", art.URI, d.SizeBytes, art.Checksum, b.Spec.DriverMetadata[chunkedRepositoryKey]))
+		out.Detail(DetailChunksRead, "false")
+	case ok:
 		add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, fmt.Sprintf("the stored artifact %s (%d bytes) matches the recorded %s", art.URI, d.SizeBytes, art.Checksum))
 	}
 	return out
 }
+
+// A chunked artifact (coffer-agent's format 4) says so in the Backup's driverMetadata, as
+// driver-job copies the agent's report there.
+const (
+	chunkedFormatKey     = "artifact.format"
+	chunkedFormat        = "4"
+	chunkedRepositoryKey = "artifact.repository"
+	// DetailChunksRead is "false" on the Result of a checksum-only run that read a chunked
+	// Backup's index and none of its chunks.
+	DetailChunksRead = "chunksRead"
+)
 
 // RestoreJobName is the name of a run's RestoreJob, in the Backup's namespace.
 func RestoreJobName(run *securityv1.BackupVerifyRun) string {

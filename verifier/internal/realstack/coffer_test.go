@@ -263,6 +263,19 @@ func TestCofferChecksumOnly(t *testing.T) {
 		assertVerdict(t, b, run, backupsv1.VerificationFailed, metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch)
 	})
 
+	t.Run("a chunked Backup's checksum says it read the index only", func(t *testing.T) {
+		chunked := cofferBackup(t, name+"-chunked", jobDriverGroup, map[string]string{"artifact.format": "4", "artifact.repository": "s3://coffer/default/.coffer/default"}, backupsv1.BackupReady, art)
+		h := cofferHarness(t)
+		run := cofferRun(t, name+"-chunked", chunked.Name, string(chunked.UID))
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		res := result(t, run)
+		require.Equal(t, []string{securityv1.CodeChecksumMatch}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+		assert.Contains(t, res.Spec.Findings[0].Message, "are read by full-restore verification, not by checksum-only")
+		assert.Contains(t, res.Spec.Findings[0].Message, "s3://coffer/default/.coffer/default")
+		assert.Equal(t, "false", res.Spec.Details[coffercheck.DetailChunksRead])
+	})
+
 	t.Run("the object put back passes again", func(t *testing.T) {
 		require.Equal(t, data, bucketObject(t, key))
 		h := cofferHarness(t)
