@@ -193,6 +193,8 @@ type chunkStore struct {
 	chunker       *chunker.Chunker
 	buf           []byte
 	zenc          *zstd.Encoder
+	zbuf, sealBuf []byte      // a chunk compressed, and its plaintext to seal
+	free          chan []byte // buffers of uploaded packs, for the next packs
 	fileHash, mac hash.Hash
 	uploads       sync.WaitGroup
 	slots         chan struct{}
@@ -215,7 +217,7 @@ type packBuilder struct {
 	idx  int32
 	key  []byte // nil without encryption
 	aead cipher.AEAD
-	buf  bytes.Buffer
+	data []byte
 	rec  *runPack
 }
 
@@ -243,6 +245,7 @@ func (a *Agent) openChunkStore(ctx context.Context, bucket, key string) (*chunkS
 		threads = DefaultUploadThreads
 	}
 	s.slots = make(chan struct{}, threads)
+	s.free = make(chan []byte, threads+1)
 	s.chunker = chunker.New(bytes.NewReader(nil), keys.pol)
 	level := a.CompressionLevel
 	if level > 0 {
@@ -535,33 +538,32 @@ func (s *chunkStore) store(id chunkID, data []byte) (chunkLoc, error) {
 		}
 	}
 	p := s.cur
-	off := p.buf.Len()
+	off := len(p.data)
 	flag := byte(0)
 	body := data
 	if s.zenc != nil {
-		z := s.zenc.EncodeAll(data, nil)
-		if len(z) < len(data) {
-			flag, body = chunkFlagZstd, z
+		s.zbuf = s.zenc.EncodeAll(data, s.zbuf[:0])
+		if len(s.zbuf) < len(data) {
+			flag, body = chunkFlagZstd, s.zbuf
 		}
 	}
 	if p.aead == nil {
-		p.buf.WriteByte(flag)
-		p.buf.Write(body)
+		p.data = append(append(p.data, flag), body...)
 	} else {
-		nonce := make([]byte, p.aead.NonceSize())
-		if _, err := rand.Read(nonce); err != nil {
+		var nonce [12]byte
+		if _, err := rand.Read(nonce[:]); err != nil {
 			return chunkLoc{}, err
 		}
-		p.buf.Write(nonce)
-		plain := append([]byte{flag}, body...)
-		p.buf.Write(p.aead.Seal(nil, nonce, plain, id[:]))
+		p.data = append(p.data, nonce[:]...)
+		s.sealBuf = append(append(s.sealBuf[:0], flag), body...)
+		p.data = p.aead.Seal(p.data, nonce[:], s.sealBuf, id[:])
 	}
-	sealed := p.buf.Len() - off
+	sealed := len(p.data) - off
 	loc := chunkLoc{pack: p.idx, off: uint32(off), sealed: uint32(sealed), plain: uint32(len(data))}
 	p.rec.Chunks = append(p.rec.Chunks, runChunk{ID: id, Off: loc.off, Sealed: loc.sealed, Plain: loc.plain})
 	s.stats.chunksNew++
 	s.stats.bytesNew += int64(len(data))
-	if p.buf.Len() >= s.a.packSize() {
+	if len(p.data) >= s.a.packSize() {
 		s.upload()
 	}
 	return loc, nil
@@ -587,6 +589,11 @@ func (s *chunkStore) newPack() error {
 		return err
 	}
 	p := &packBuilder{idx: int32(len(s.packs)), rec: &runPack{Key: s.repo + "/packs/" + hex.EncodeToString(name[:])}}
+	select {
+	case p.data = <-s.free:
+	default:
+		p.data = make([]byte, 0, s.a.packSize()+1<<20) // a pack ends after the chunk that fills it
+	}
 	if len(s.a.Recipients) > 0 {
 		p.key = make([]byte, 32)
 		if _, err := rand.Read(p.key); err != nil {
@@ -621,18 +628,25 @@ func (s *chunkStore) newPack() error {
 func (s *chunkStore) upload() {
 	p := s.cur
 	s.cur = nil
-	if p == nil || p.buf.Len() == 0 {
+	if p == nil || len(p.data) == 0 {
 		return
 	}
-	p.rec.Size = int64(p.buf.Len())
+	p.rec.Size = int64(len(p.data))
 	s.written.Packs = append(s.written.Packs, *p.rec)
 	s.stats.packs++
 	s.stats.stored += p.rec.Size
 	s.slots <- struct{}{}
 	s.uploads.Add(1)
 	go func() {
-		defer func() { <-s.slots; s.uploads.Done() }()
-		_, err := s.a.S3.PutObject(s.ctx, s.bucket, p.rec.Key, bytes.NewReader(p.buf.Bytes()), int64(p.buf.Len()),
+		defer func() {
+			select {
+			case s.free <- p.data[:0]: // the buffer of a pack to come
+			default:
+			}
+			<-s.slots
+			s.uploads.Done()
+		}()
+		_, err := s.a.S3.PutObject(s.ctx, s.bucket, p.rec.Key, bytes.NewReader(p.data), int64(len(p.data)),
 			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, SendContentMd5: true})
 		if err != nil {
 			s.mu.Lock()

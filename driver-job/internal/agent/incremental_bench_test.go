@@ -19,18 +19,20 @@ import (
 // full copy each time), restic and kopia (their defaults, encrypted). Files are a second old when
 // each backup starts (the benchmark waits outside the timing): the chunked format reads again a
 // file changed within a second before the last backup, which a nightly backup never meets.
-// Reported: each backup's seconds, the restore's, and the bytes stored after the three.
+// Reported: each backup's seconds, the restore's, the bytes stored after the three, and the peak
+// RSS (the peers' processes; the agent's is the benchmark process's VmHWM, test harness included).
 func BenchmarkIncremental(b *testing.B) {
 	bin := os.Getenv(EnvPeersBin)
 	if bin == "" {
 		b.Skipf("%s is not set: COFFER_PEERS_BIN=$(hack/testbin.sh --peers)", EnvPeersBin)
 	}
+	ApplyMemoryLimit(os.Getenv) // as coffer-agent's main does
 	ctx := context.Background()
 	recipients, keyRef, ids := benchKeys(b)
 	for _, tool := range []string{"coffer-chunked", "coffer-tar", "restic", "kopia"} {
 		b.Run(tool, func(b *testing.B) {
 			var full, changed, unchanged, restore time.Duration
-			var stored int64
+			var stored, peak int64
 			for i := range b.N {
 				b.StopTimer()
 				tree := benchTree(b, "random")
@@ -47,6 +49,7 @@ func BenchmarkIncremental(b *testing.B) {
 					p.init(b, i)
 				}
 				var last *jobv1.ArtifactReport
+				resetPeakRSS()
 				backup := func(n int) time.Duration {
 					time.Sleep(1100 * time.Millisecond) // settled files, outside the timing
 					b.StartTimer()
@@ -56,7 +59,7 @@ func BenchmarkIncremental(b *testing.B) {
 							b.Fatal(err)
 						}
 					} else {
-						p.backup(b, tree)
+						peak = max(peak, p.backup(b, tree))
 					}
 					d := time.Since(start)
 					b.StopTimer()
@@ -81,10 +84,15 @@ func BenchmarkIncremental(b *testing.B) {
 						b.Fatal(err)
 					}
 				} else {
-					p.restore(b, tree, target)
+					peak = max(peak, p.restore(b, tree, target))
 				}
 				restore += time.Since(start)
 				b.StopTimer()
+				if tool == "coffer-chunked" || tool == "coffer-tar" {
+					if rss, ok := peakRSS(); ok {
+						peak = max(peak, rss)
+					}
+				}
 				if err := compareTrees(tree, p.restored(tree, target)); err != nil {
 					b.Fatal(err)
 				}
@@ -95,6 +103,7 @@ func BenchmarkIncremental(b *testing.B) {
 			b.ReportMetric(unchanged.Seconds()/n, "unchanged-s")
 			b.ReportMetric(restore.Seconds()/n, "restore-s")
 			b.ReportMetric(float64(stored)/n/1e6, "stored-MB")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MiB")
 		})
 	}
 }

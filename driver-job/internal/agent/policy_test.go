@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -103,4 +104,15 @@ func TestBackupWithBackupOnlyRights(t *testing.T) {
 type chunkedOrTar struct {
 	name   string
 	report *jobv1.ArtifactReport
+}
+
+// TestBackupPolicyIsDocumented: the policy security.md shows is the one the code gives.
+func TestBackupPolicyIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```json\n"+BackupPolicy("coffer", "tenant-a", "tenant-a/.coffer/tenant-a")+"\n```") {
+		t.Error("docs/security.md does not show BackupPolicy(\"coffer\", \"tenant-a\", \"tenant-a/.coffer/tenant-a\") as it is")
+	}
 }
