@@ -318,6 +318,12 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest 
 	if withManifest {
 		m = newManifest()
 	}
+	emit := func(path, name string, fi fs.FileInfo) error { return addEntry(tw, m, path, name, fi, buf, warnf) }
+	var pipe *chunkPipeline
+	if chunks != nil {
+		pipe = chunks.startPipeline(tw, m, buf, warnf)
+		emit = pipe.submit
+	}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if path != dir && errors.Is(err, fs.ErrNotExist) {
@@ -349,14 +355,11 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest 
 		} else if err != nil {
 			return err
 		}
-		if chunks != nil && fi.Mode().IsRegular() {
-			return addChunkedFile(tw, m, chunks, path, filepath.ToSlash(rel), fi, warnf)
-		}
-		return addEntry(tw, m, path, filepath.ToSlash(rel), fi, buf, warnf)
+		return emit(path, filepath.ToSlash(rel), fi)
 	})
-	if chunks != nil {
-		if ferr := chunks.finish(); err == nil {
-			err = ferr
+	if pipe != nil {
+		if perr := pipe.close(); err == nil {
+			err = perr
 		}
 	}
 	if err != nil {
@@ -432,56 +435,6 @@ func addEntry(tw *tar.Writer, m *manifest, path, name string, fi fs.FileInfo, bu
 		return nil
 	}
 	return m.add(name, n)
-}
-
-// addChunkedFile writes a regular file as format 4 does: the packs its chunks are in that the
-// index did not name yet, then the file's entry, whose content is its chunk list and whose PAX
-// records hold its size and SHA-256. The file is opened only if its chunks are not known from the
-// last backup.
-func addChunkedFile(tw *tar.Writer, m *manifest, chunks *chunkStore, path, name string, fi fs.FileInfo, warnf func(string, ...any)) error {
-	ctime, ino := statTimes(fi)
-	var f *os.File
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
-	open := func() (io.Reader, error) {
-		var err error
-		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-		return f, err
-	}
-	packs, list, sum, err := chunks.fileChunks(fileToChunk{open: open, name: name, size: fi.Size(), mtime: fi.ModTime(), ctime: ctime, ino: ino})
-	if errors.Is(err, fs.ErrNotExist) {
-		warnf("warning: skipping %s: removed during the backup", name)
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	for _, p := range packs {
-		hdr := &tar.Header{Typeflag: typePack, Name: p.key, Size: int64(len(p.wrapped)), Mode: 0o400, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("pack %s: %w", p.key, err)
-		}
-		if _, err := tw.Write(p.wrapped); err != nil {
-			return err
-		}
-	}
-	hdr, err := tar.FileInfoHeader(noNames{fi}, "")
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	hdr.Name, hdr.Size = name, int64(len(list))
-	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
-	hdr.PAXRecords = map[string]string{paxSize: strconv.FormatInt(fi.Size(), 10), paxSHA256: hex.EncodeToString(sum[:])}
-	hdr.Format = tar.FormatPAX
-	if err := tw.WriteHeader(hdr); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	if _, err := tw.Write(list); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return m.addSum(name, fi.Size(), sum[:])
 }
 
 // noNames keeps tar.FileInfoHeader from looking owners up by name: restores use the numeric ids,

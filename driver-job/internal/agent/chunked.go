@@ -7,7 +7,6 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -182,7 +181,8 @@ type chunkStore struct {
 	keys          repoKeys
 	start         time.Time
 	packs         []knownPack
-	known         map[chunkID]chunkLoc
+	known         map[chunkID]chunkLoc // the chunks the repository held at the start; read-only after load
+	fresh         map[chunkID]chunkLoc // the chunks this backup stored
 	previous      map[string]*cachedFile
 	previousStart time.Time
 	seen          []cachedFile
@@ -193,9 +193,8 @@ type chunkStore struct {
 	chunker       *chunker.Chunker
 	buf           []byte
 	zenc          *zstd.Encoder
-	zbuf, sealBuf []byte      // a chunk compressed, and its plaintext to seal
+	sealBuf       []byte      // a chunk's plaintext to seal
 	free          chan []byte // buffers of uploaded packs, for the next packs
-	fileHash, mac hash.Hash
 	uploads       sync.WaitGroup
 	slots         chan struct{}
 	mu            sync.Mutex
@@ -237,8 +236,7 @@ func (a *Agent) openChunkStore(ctx context.Context, bucket, key string) (*chunkS
 	repo := a.repository(key)
 	s := &chunkStore{
 		a: a, ctx: ctx, bucket: bucket, repo: repo, name: strings.TrimSuffix(path.Base(key), ".tar"), keys: keys, start: a.clock(),
-		known: map[chunkID]chunkLoc{}, buf: make([]byte, chunker.MaxSize),
-		fileHash: sha256.New(), mac: hmac.New(sha256.New, keys.id),
+		known: map[chunkID]chunkLoc{}, fresh: map[chunkID]chunkLoc{}, buf: make([]byte, chunker.MaxSize),
 	}
 	threads := a.UploadThreads
 	if threads <= 0 {
@@ -249,7 +247,7 @@ func (a *Agent) openChunkStore(ctx context.Context, bucket, key string) (*chunkS
 	s.chunker = chunker.New(bytes.NewReader(nil), keys.pol)
 	level := a.CompressionLevel
 	if level > 0 {
-		if s.zenc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(level)), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20)); err != nil {
+		if s.zenc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(level)), zstd.WithEncoderConcurrency(a.codecThreads()), zstd.WithWindowSize(1<<20)); err != nil {
 			return nil, err
 		}
 	}
@@ -407,73 +405,6 @@ func openRepoObject(aead cipher.AEAD, key string, sealed []byte) ([]byte, error)
 	return plain, nil
 }
 
-// fileChunks answers a regular file with the packs its chunk list introduces (packs not yet named
-// in the index) and the chunk list. The file's chunks come from the last backup's record when its
-// size, modification and change times and inode are unchanged, and every chunk is still known;
-// otherwise the file is read, chunked, and its new chunks stored.
-func (s *chunkStore) fileChunks(f fileToChunk) (newPacks []knownPack, list []byte, sum [sha256.Size]byte, err error) {
-	s.mu.Lock()
-	err = s.uploadErr
-	s.mu.Unlock()
-	if err != nil {
-		return nil, nil, sum, err
-	}
-	rec := cachedFile{Path: f.name, Size: f.size, MtimeNs: f.mtime.UnixNano(), CtimeNs: f.ctime.UnixNano(), Ino: f.ino}
-	var locs []chunkLoc
-	skipped := false
-	if prev := s.previous[f.name]; prev != nil && s.unchanged(prev, &rec) {
-		skipped = true
-		locs = make([]chunkLoc, 0, len(prev.Chunks))
-		for _, id := range prev.Chunks {
-			loc, ok := s.known[id]
-			if !ok {
-				skipped = false
-				break
-			}
-			locs = append(locs, loc)
-		}
-		if skipped {
-			rec.SHA256, rec.Chunks = prev.SHA256, prev.Chunks
-			s.stats.filesSkipped++
-		}
-	}
-	if !skipped {
-		r, err := f.open()
-		if err != nil {
-			return nil, nil, sum, err
-		}
-		if locs, err = s.read(r, f.size, &rec); err != nil {
-			return nil, nil, sum, err
-		}
-		s.stats.filesRead++
-	}
-	s.seen = append(s.seen, rec)
-	for i, loc := range locs {
-		p := &s.packs[loc.pack]
-		if p.emitted < 0 {
-			p.emitted = s.nextEmit
-			s.nextEmit++
-			s.emittedKeys = append(s.emittedKeys, p.key)
-			newPacks = append(newPacks, *p)
-		}
-		list = binary.AppendUvarint(list, uint64(p.emitted))
-		list = binary.AppendUvarint(list, uint64(loc.off))
-		list = binary.AppendUvarint(list, uint64(loc.sealed))
-		list = binary.AppendUvarint(list, uint64(loc.plain))
-		list = append(list, rec.Chunks[i][:]...)
-	}
-	return newPacks, list, rec.SHA256, nil
-}
-
-// fileToChunk is a regular file as the walk found it.
-type fileToChunk struct {
-	open         func() (io.Reader, error)
-	name         string
-	size         int64
-	mtime, ctime time.Time
-	ino          uint64
-}
-
 func statTimes(fi fs.FileInfo) (ctime time.Time, ino uint64) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return time.Unix(st.Ctim.Sec, st.Ctim.Nsec), st.Ino
@@ -490,48 +421,9 @@ func (s *chunkStore) unchanged(prev, now *cachedFile) bool {
 		time.Unix(0, now.MtimeNs).Before(s.previousStart.Add(-time.Second))
 }
 
-// read chunks a file, storing the chunks the repository does not hold.
-func (s *chunkStore) read(r io.Reader, size int64, rec *cachedFile) ([]chunkLoc, error) {
-	s.fileHash.Reset()
-	s.chunker.Reset(io.LimitReader(r, size), s.keys.pol)
-	var locs []chunkLoc
-	var n int64
-	for {
-		c, err := s.chunker.Next(s.buf)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		n += int64(c.Length)
-		s.fileHash.Write(c.Data)
-		s.mac.Reset()
-		s.mac.Write(c.Data)
-		var id chunkID
-		s.mac.Sum(id[:0])
-		loc, ok := s.known[id]
-		if ok {
-			s.stats.chunksKnown++
-		} else {
-			if loc, err = s.store(id, c.Data); err != nil {
-				return nil, err
-			}
-			s.known[id] = loc
-		}
-		locs = append(locs, loc)
-		rec.Chunks = append(rec.Chunks, id)
-	}
-	s.stats.bytesRead += n
-	if n != size {
-		return nil, fmt.Errorf("shrank from %d to %d bytes while it was read", size, n)
-	}
-	copy(rec.SHA256[:], s.fileHash.Sum(nil))
-	return locs, nil
-}
-
-// store seals a new chunk into the current pack, and uploads the pack when it is full.
-func (s *chunkStore) store(id chunkID, data []byte) (chunkLoc, error) {
+// store seals a new chunk (data, and z its compressed form when that is smaller, else nil) into
+// the current pack, and uploads the pack when it is full.
+func (s *chunkStore) store(id chunkID, data, z []byte) (chunkLoc, error) {
 	if s.cur == nil {
 		if err := s.newPack(); err != nil {
 			return chunkLoc{}, err
@@ -541,11 +433,8 @@ func (s *chunkStore) store(id chunkID, data []byte) (chunkLoc, error) {
 	off := len(p.data)
 	flag := byte(0)
 	body := data
-	if s.zenc != nil {
-		s.zbuf = s.zenc.EncodeAll(data, s.zbuf[:0])
-		if len(s.zbuf) < len(data) {
-			flag, body = chunkFlagZstd, s.zbuf
-		}
+	if z != nil {
+		flag, body = chunkFlagZstd, z
 	}
 	if p.aead == nil {
 		p.data = append(append(p.data, flag), body...)
@@ -647,7 +536,7 @@ func (s *chunkStore) upload() {
 			s.uploads.Done()
 		}()
 		_, err := s.a.S3.PutObject(s.ctx, s.bucket, p.rec.Key, bytes.NewReader(p.data), int64(len(p.data)),
-			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, SendContentMd5: true})
+			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, Checksum: minio.ChecksumCRC32C})
 		if err != nil {
 			s.mu.Lock()
 			if s.uploadErr == nil {

@@ -1,0 +1,323 @@
+package agent
+
+import (
+	"archive/tar"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A chunked backup runs in three stages, so that reading and chunking, hashing and compressing,
+// and sealing and writing the index overlap, also across files:
+//
+//   - the walk (the caller of submit) reads and chunks each file whose chunks are not known from
+//     the last backup, hashes the file, and hands each chunk to the workers;
+//   - codecThreads workers give each chunk its ID (HMAC-SHA256) and compress it;
+//   - the finisher, one goroutine, takes the walk's entries in order, looks each chunk up, seals
+//     the new ones into packs (uploaded in the background) and writes the tar entries.
+//
+// At most maxChunksInFlight chunks are between the walk and the finisher, whatever the tree.
+type chunkPipeline struct {
+	s     *chunkStore
+	tw    *tar.Writer
+	m     *manifest
+	buf   []byte
+	warnf func(string, ...any)
+
+	queue chan *pendingEntry
+	work  chan *chunkJob
+	// buffers holds the maxChunksInFlight chunk buffers not in use: taking one is what lets the
+	// walk read a chunk. They are kept, not pooled, so that the collector has no garbage to chase.
+	buffers chan *chunkBuffer
+	workers  sync.WaitGroup
+	finished chan struct{}
+	// failed is closed when the finisher fails; err is its error, set before.
+	failed chan struct{}
+	err    error
+
+	fileHash hash.Hash // the walk's
+}
+
+// maxChunksInFlight bounds the chunks read and not yet sealed: at most this many chunk buffers
+// (1 MiB on average, 8 MiB at most) and their compressed forms.
+const maxChunksInFlight = 4
+
+// chunkBuffer holds a chunk and its compressed form.
+type chunkBuffer struct{ data, z []byte }
+
+// pendingEntry is an entry of the walk, for the finisher: a regular file (file set) or anything
+// else.
+type pendingEntry struct {
+	path, name string
+	fi         fs.FileInfo
+	file       *pendingFile
+}
+
+// pendingFile is a regular file: its record, and either the chunk IDs of the last backup (jobs
+// nil) or the chunks read.
+type pendingFile struct {
+	rec  cachedFile
+	jobs []*chunkJob
+}
+
+// chunkJob is a chunk on its way: its bytes, then its ID and compressed form (nil when not smaller).
+type chunkJob struct {
+	buf  *chunkBuffer
+	data []byte
+	id   chunkID
+	z    []byte
+	done chan struct{}
+}
+
+func (s *chunkStore) startPipeline(tw *tar.Writer, m *manifest, buf []byte, warnf func(string, ...any)) *chunkPipeline {
+	p := &chunkPipeline{s: s, tw: tw, m: m, buf: buf, warnf: warnf,
+		queue: make(chan *pendingEntry, 64), work: make(chan *chunkJob, maxChunksInFlight), buffers: make(chan *chunkBuffer, maxChunksInFlight),
+		finished: make(chan struct{}), failed: make(chan struct{}), fileHash: sha256.New()}
+	for range maxChunksInFlight {
+		p.buffers <- &chunkBuffer{}
+	}
+	for range s.a.codecThreads() {
+		p.workers.Add(1)
+		go p.worker()
+	}
+	go p.finisher()
+	return p
+}
+
+func (p *chunkPipeline) worker() {
+	defer p.workers.Done()
+	mac := hmac.New(sha256.New, p.s.keys.id)
+	for j := range p.work {
+		mac.Reset()
+		mac.Write(j.data)
+		mac.Sum(j.id[:0])
+		if p.s.zenc != nil {
+			j.buf.z = p.s.zenc.EncodeAll(j.data, j.buf.z[:0])
+			if len(j.buf.z) < len(j.data) {
+				j.z = j.buf.z
+			}
+		}
+		close(j.done)
+	}
+}
+
+// submit is the walk's: it gives the finisher the next entry, reading a regular file first unless
+// its chunks are known from the last backup.
+func (p *chunkPipeline) submit(path, name string, fi fs.FileInfo) error {
+	e := &pendingEntry{path: path, name: name, fi: fi}
+	if fi.Mode().IsRegular() {
+		f, err := p.prepare(path, name, fi)
+		if errors.Is(err, fs.ErrNotExist) {
+			p.warnf("warning: skipping %s: removed during the backup", name)
+			return nil
+		} else if err != nil {
+			p.release(f)
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		e.file = f
+	}
+	select {
+	case p.queue <- e:
+		return nil
+	case <-p.failed:
+		p.release(e.file)
+		return p.err
+	}
+}
+
+// prepare reads and chunks a regular file, unless the last backup's record of it can stand.
+func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile, error) {
+	s := p.s
+	ctime, ino := statTimes(fi)
+	f := &pendingFile{rec: cachedFile{Path: name, Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano(), CtimeNs: ctime.UnixNano(), Ino: ino}}
+	if prev := s.previous[name]; prev != nil && s.unchanged(prev, &f.rec) {
+		all := true
+		for _, id := range prev.Chunks {
+			if _, ok := s.known[id]; !ok {
+				all = false
+				break
+			}
+		}
+		if all {
+			f.rec.SHA256, f.rec.Chunks = prev.SHA256, prev.Chunks
+			s.stats.filesSkipped++
+			return f, nil
+		}
+	}
+	// O_NOFOLLOW keeps a file replaced by a link meanwhile from being followed.
+	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	p.fileHash.Reset()
+	s.chunker.Reset(io.LimitReader(file, f.rec.Size), s.keys.pol)
+	var n int64
+	for {
+		c, err := s.chunker.Next(s.buf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return f, err
+		}
+		n += int64(c.Length)
+		p.fileHash.Write(c.Data)
+		var b *chunkBuffer
+		select {
+		case b = <-p.buffers:
+		case <-p.failed:
+			return f, p.err
+		}
+		b.data = append(b.data[:0], c.Data...)
+		j := &chunkJob{buf: b, data: b.data, done: make(chan struct{})}
+		f.jobs = append(f.jobs, j)
+		p.work <- j
+	}
+	if n != f.rec.Size {
+		return f, fmt.Errorf("shrank from %d to %d bytes while it was read", f.rec.Size, n)
+	}
+	p.fileHash.Sum(f.rec.SHA256[:0])
+	s.stats.filesRead++
+	s.stats.bytesRead += n
+	if f.jobs == nil {
+		f.jobs = []*chunkJob{} // read, and empty
+	}
+	return f, nil
+}
+
+// release gives back the chunk buffers and in-flight slots of a file's chunks, once they are
+// done with.
+func (p *chunkPipeline) release(f *pendingFile) {
+	if f == nil {
+		return
+	}
+	for _, j := range f.jobs {
+		<-j.done
+		p.buffers <- j.buf
+	}
+	f.jobs = nil
+}
+
+// finisher writes the entries in the walk's order.
+func (p *chunkPipeline) finisher() {
+	defer close(p.finished)
+	for e := range p.queue {
+		if p.err != nil {
+			p.release(e.file) // drained after a failure
+			continue
+		}
+		var err error
+		if e.file == nil {
+			err = addEntry(p.tw, p.m, e.path, e.name, e.fi, p.buf, p.warnf)
+		} else {
+			err = p.complete(e)
+		}
+		if err != nil {
+			p.err = err
+			close(p.failed)
+		}
+	}
+}
+
+// complete stores a file's new chunks and writes its entry: the packs its chunk list introduces
+// first, then the file, whose content is its chunk list and whose PAX records hold its size and
+// SHA-256.
+func (p *chunkPipeline) complete(e *pendingEntry) error {
+	s, f := p.s, e.file
+	defer p.release(f)
+	s.mu.Lock()
+	err := s.uploadErr
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	locs := make([]chunkLoc, 0, max(len(f.jobs), len(f.rec.Chunks)))
+	if f.jobs == nil { // unchanged since the last backup
+		for _, id := range f.rec.Chunks {
+			locs = append(locs, s.known[id])
+		}
+	} else {
+		for _, j := range f.jobs {
+			<-j.done
+			loc, ok := s.known[j.id]
+			if !ok {
+				loc, ok = s.fresh[j.id]
+			}
+			if ok {
+				s.stats.chunksKnown++
+			} else {
+				if loc, err = s.store(j.id, j.data, j.z); err != nil {
+					return fmt.Errorf("%s: %w", e.name, err)
+				}
+				s.fresh[j.id] = loc
+			}
+			locs = append(locs, loc)
+			f.rec.Chunks = append(f.rec.Chunks, j.id)
+		}
+	}
+	s.seen = append(s.seen, f.rec)
+	var list []byte
+	for i, loc := range locs {
+		pk := &s.packs[loc.pack]
+		if pk.emitted < 0 {
+			pk.emitted = s.nextEmit
+			s.nextEmit++
+			s.emittedKeys = append(s.emittedKeys, pk.key)
+			hdr := &tar.Header{Typeflag: typePack, Name: pk.key, Size: int64(len(pk.wrapped)), Mode: 0o400, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+			if err := p.tw.WriteHeader(hdr); err != nil {
+				return fmt.Errorf("pack %s: %w", pk.key, err)
+			}
+			if _, err := p.tw.Write(pk.wrapped); err != nil {
+				return err
+			}
+		}
+		list = binary.AppendUvarint(list, uint64(pk.emitted))
+		list = binary.AppendUvarint(list, uint64(loc.off))
+		list = binary.AppendUvarint(list, uint64(loc.sealed))
+		list = binary.AppendUvarint(list, uint64(loc.plain))
+		list = append(list, f.rec.Chunks[i][:]...)
+	}
+	hdr, err := tar.FileInfoHeader(noNames{e.fi}, "")
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	hdr.Name, hdr.Size = e.name, int64(len(list))
+	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+	hdr.PAXRecords = map[string]string{paxSize: strconv.FormatInt(f.rec.Size, 10), paxSHA256: hex.EncodeToString(f.rec.SHA256[:])}
+	hdr.Format = tar.FormatPAX
+	if err := p.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	if _, err := p.tw.Write(list); err != nil {
+		return fmt.Errorf("%s: %w", e.name, err)
+	}
+	if p.m == nil {
+		return nil
+	}
+	return p.m.addSum(e.name, f.rec.Size, f.rec.SHA256[:])
+}
+
+// close ends the walk's side, waits for the finisher and the workers, and then for the packs'
+// uploads and the backup's records (chunkStore.finish).
+func (p *chunkPipeline) close() error {
+	close(p.queue)
+	<-p.finished
+	close(p.work)
+	p.workers.Wait()
+	if p.err != nil {
+		return p.err
+	}
+	return p.s.finish()
+}
