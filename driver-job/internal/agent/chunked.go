@@ -536,7 +536,7 @@ func (s *chunkStore) upload() {
 			s.uploads.Done()
 		}()
 		_, err := s.a.S3.PutObject(s.ctx, s.bucket, p.rec.Key, bytes.NewReader(p.data), int64(len(p.data)),
-			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, Checksum: minio.ChecksumCRC32C})
+			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, AutoChecksum: minio.ChecksumCRC32C})
 		if err != nil {
 			s.mu.Lock()
 			if s.uploadErr == nil {
