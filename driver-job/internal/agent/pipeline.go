@@ -39,7 +39,7 @@ type chunkPipeline struct {
 	work  chan *chunkJob
 	// buffers holds the maxChunksInFlight chunk buffers not in use: taking one is what lets the
 	// walk read a chunk. They are kept, not pooled, so that the collector has no garbage to chase.
-	buffers chan *chunkBuffer
+	buffers  chan *chunkBuffer
 	workers  sync.WaitGroup
 	finished chan struct{}
 	// failed is closed when the finisher fails; err is its error, set before.
