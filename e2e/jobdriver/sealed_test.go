@@ -36,7 +36,8 @@ import (
 // data, opens with the standard tools' libraries (age, zstd, tar) given the private key, and is
 // smaller than its tar; it restores byte for byte. A restore given only another key fails before
 // writing, naming both keys; once the old key is back beside the new one (a rotation), the old
-// Backup restores again, and a new backup names the new key.
+// Backup restores again, and a new backup names the new key. Then the strategy switches to the
+// Chunked format.
 func (e *env) sealed(t *testing.T) {
 	ctx := e.ctx
 	ns, err := e.n.Cluster.Namespace(ctx, "sealed")
@@ -160,6 +161,49 @@ func (e *env) sealed(t *testing.T) {
 	_, err = age.Decrypt(bytes.NewReader(stored2[h2.payload:]), oldKey)
 	var noMatch *age.NoIdentityMatchError
 	assert.ErrorAs(t, err, &noMatch, "the old key does not open a backup made after the rotation")
+
+	// The Chunked format, switched on for the same strategy: the next backup stores the tree as
+	// chunks in the namespace's repository and an index; the one after stores nothing, since
+	// nothing changed; the index alone restores the tree, and the older tar Backups still restore.
+	require.NoError(t, e.cl.Get(ctx, client.ObjectKeyFromObject(keys), keys))
+	keys.Data["chunkKey"] = []byte("the shop's chunk key, random enough for a test")
+	require.NoError(t, e.cl.Update(ctx, keys))
+	require.NoError(t, e.cl.Get(ctx, client.ObjectKeyFromObject(strat), strat))
+	strat.Spec.Artifact.Format = jobapi.ArtifactFormatChunked
+	require.NoError(t, e.cl.Update(ctx, strat))
+	c1, index1 := backup("chunked-1")
+	assert.Equal(t, byte(4), parseHeader(t, index1).version, "a format-4 index")
+	assert.Equal(t, "s3://"+bucket+"/"+ns+"/.coffer/"+ns, c1.Spec.DriverMetadata[jobapi.MetadataPrefix+"repository"], "one repository per namespace")
+	assert.NotEqual(t, "0", c1.Spec.DriverMetadata[jobapi.MetadataPrefix+"storedBytes"])
+	c2, _ := backup("chunked-2")
+	assert.Equal(t, "0", c2.Spec.DriverMetadata[jobapi.MetadataPrefix+"storedBytes"], "nothing changed, nothing stored")
+	assert.Equal(t, "0", c2.Spec.DriverMetadata[jobapi.MetadataPrefix+"uncompressedBytes"], "and no file read again")
+	for o := range e.s3.S3.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: ns + "/.coffer/" + ns + "/packs/", Recursive: true}) {
+		require.NoError(t, o.Err)
+		pack := readAll(t, e, o.Key)
+		for _, plain := range []string{"tea\ncoffee", `"path":"/api/v1/orders/`} {
+			assert.NotContains(t, string(pack), plain, "the packs hold no plain data")
+		}
+		assert.False(t, bytes.Contains(pack, blob[:64]), "the packs hold no plain data")
+	}
+	wipe(t, dir)
+	rj = restore("from-chunks", c2)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	require.Equal(t, original, tree(t, dir), "every file back from the chunks, identical")
+	wipe(t, dir)
+	rj = restore("tar-after-chunks", b)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	require.Equal(t, original, tree(t, dir), "a tar Backup still restores")
+}
+
+func readAll(t *testing.T, e *env, key string) []byte {
+	t.Helper()
+	obj, err := e.s3.S3.GetObject(e.ctx, bucket, key, minio.GetObjectOptions{})
+	require.NoError(t, err)
+	defer obj.Close()
+	b, err := io.ReadAll(obj)
+	require.NoError(t, err)
+	return b
 }
 
 type artifactHeader struct {
