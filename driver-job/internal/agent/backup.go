@@ -358,9 +358,7 @@ func writeTar(w io.Writer, dir string, warnf func(string, ...any), withManifest 
 		return emit(path, filepath.ToSlash(rel), fi)
 	})
 	if pipe != nil {
-		if perr := pipe.close(); err == nil {
-			err = perr
-		}
+		err = pipe.close(err)
 	}
 	if err != nil {
 		return err

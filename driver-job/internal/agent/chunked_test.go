@@ -348,3 +348,35 @@ func TestChunkedDamage(t *testing.T) {
 		t.Errorf("verify with the packs put back: %+v, %v; want all three files compared", v, err)
 	}
 }
+
+// TestChunkedLargeFile: a file of many chunks (more than the backup holds in flight) backs up
+// and restores, and a tree whose file cannot be read fails the backup and leaves no record.
+func TestChunkedLargeFile(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t)
+	dir := t.TempDir()
+	writeRandom(t, filepath.Join(dir, "big"), 24<<20, rand.New(rand.NewPCG(12, 1)))
+	want := snapshot(t, dir)
+	a := chunkedAgent(t, io.Discard)
+	r, err := a.Backup(ctx, dir, bucket, "ns/big.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameTree(t, want, restoreInto(t, a, r))
+
+	// Credentials that may start a backup (its session record) and not store packs: the backup
+	// fails, and leaves no index, files record or artifact.
+	policy := strings.Replace(BackupPolicy(bucket, "ns/.coffer/sessions", "ns/.coffer"), `"arn:aws:s3:::`+bucket+`/ns/.coffer/sessions/*"`,
+		`"arn:aws:s3:::`+bucket+`/ns/.coffer/sessions/*", "arn:aws:s3:::`+bucket+`/ns/failed.tar"`, 1)
+	b := *a
+	b.S3 = restrictedClient(t, policy)
+	writeRandom(t, filepath.Join(dir, "more"), 1<<20, rand.New(rand.NewPCG(13, 1)))
+	if _, err := b.Backup(ctx, dir, bucket, "ns/failed.tar"); err == nil || !strings.Contains(err.Error(), "uploading pack") {
+		t.Fatalf("a backup that cannot store its packs: %v; want it failed, naming the pack", err)
+	}
+	for k := range objectsBelow(t, bucket, "ns/") {
+		if strings.Contains(k, "failed") && !strings.Contains(k, "/sessions/") {
+			t.Errorf("the failed backup left %s", k)
+		}
+	}
+}

@@ -65,10 +65,12 @@ type pendingEntry struct {
 }
 
 // pendingFile is a regular file: its record, and either the chunk IDs of the last backup (jobs
-// nil) or the chunks read.
+// nil) or the chunks the walk reads, in order, on jobs, which the walk closes once it set
+// rec.SHA256, or err.
 type pendingFile struct {
 	rec  cachedFile
-	jobs []*chunkJob
+	jobs chan *chunkJob
+	err  error
 }
 
 // chunkJob is a chunk on its way: its bytes, then its ID and compressed form (nil when not smaller).
@@ -112,32 +114,43 @@ func (p *chunkPipeline) worker() {
 	}
 }
 
-// submit is the walk's: it gives the finisher the next entry, reading a regular file first unless
-// its chunks are known from the last backup.
+// submit is the walk's: it gives the finisher the next entry, then reads a regular file's
+// chunks unless the last backup's record of the file can stand. The finisher takes a file's
+// chunks while the walk reads them, so a file of any size goes through maxChunksInFlight buffers.
 func (p *chunkPipeline) submit(path, name string, fi fs.FileInfo) error {
 	e := &pendingEntry{path: path, name: name, fi: fi}
+	var file *os.File
 	if fi.Mode().IsRegular() {
-		f, err := p.prepare(path, name, fi)
-		if errors.Is(err, fs.ErrNotExist) {
+		var err error
+		if e.file, file, err = p.prepare(path, name, fi); errors.Is(err, fs.ErrNotExist) {
 			p.warnf("warning: skipping %s: removed during the backup", name)
 			return nil
 		} else if err != nil {
-			p.release(f)
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		e.file = f
+	}
+	if file != nil {
+		defer file.Close()
 	}
 	select {
 	case p.queue <- e:
-		return nil
 	case <-p.failed:
-		p.release(e.file)
 		return p.err
 	}
+	if file == nil {
+		return nil
+	}
+	err := p.read(file, e.file)
+	e.file.err = err
+	close(e.file.jobs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
-// prepare reads and chunks a regular file, unless the last backup's record of it can stand.
-func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile, error) {
+// prepare opens a regular file to be read, or returns it with the last backup's record of it.
+func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile, *os.File, error) {
 	s := p.s
 	ctime, ino := statTimes(fi)
 	f := &pendingFile{rec: cachedFile{Path: name, Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano(), CtimeNs: ctime.UnixNano(), Ino: ino}}
@@ -152,15 +165,21 @@ func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile
 		if all {
 			f.rec.SHA256, f.rec.Chunks = prev.SHA256, prev.Chunks
 			s.stats.filesSkipped++
-			return f, nil
+			return f, nil, nil
 		}
 	}
 	// O_NOFOLLOW keeps a file replaced by a link meanwhile from being followed.
 	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer file.Close()
+	f.jobs = make(chan *chunkJob, maxChunksInFlight)
+	return f, file, nil
+}
+
+// read chunks a file onto f.jobs, and hashes it.
+func (p *chunkPipeline) read(file *os.File, f *pendingFile) error {
+	s := p.s
 	p.fileHash.Reset()
 	s.chunker.Reset(io.LimitReader(file, f.rec.Size), s.keys.pol)
 	var n int64
@@ -170,7 +189,7 @@ func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile
 			break
 		}
 		if err != nil {
-			return f, err
+			return err
 		}
 		n += int64(c.Length)
 		p.fileHash.Write(c.Data)
@@ -178,36 +197,31 @@ func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile
 		select {
 		case b = <-p.buffers:
 		case <-p.failed:
-			return f, p.err
+			return p.err
 		}
 		b.data = append(b.data[:0], c.Data...)
 		j := &chunkJob{buf: b, data: b.data, done: make(chan struct{})}
-		f.jobs = append(f.jobs, j)
 		p.work <- j
+		f.jobs <- j // never blocks for long: the finisher takes them as they come
 	}
 	if n != f.rec.Size {
-		return f, fmt.Errorf("shrank from %d to %d bytes while it was read", f.rec.Size, n)
+		return fmt.Errorf("shrank from %d to %d bytes while it was read", f.rec.Size, n)
 	}
 	p.fileHash.Sum(f.rec.SHA256[:0])
 	s.stats.filesRead++
 	s.stats.bytesRead += n
-	if f.jobs == nil {
-		f.jobs = []*chunkJob{} // read, and empty
-	}
-	return f, nil
+	return nil
 }
 
-// release gives back the chunk buffers and in-flight slots of a file's chunks, once they are
-// done with.
-func (p *chunkPipeline) release(f *pendingFile) {
-	if f == nil {
+// drain gives back the buffers of a file's chunks the finisher will not seal.
+func (p *chunkPipeline) drain(f *pendingFile) {
+	if f == nil || f.jobs == nil {
 		return
 	}
-	for _, j := range f.jobs {
+	for j := range f.jobs {
 		<-j.done
 		p.buffers <- j.buf
 	}
-	f.jobs = nil
 }
 
 // finisher writes the entries in the walk's order.
@@ -215,7 +229,7 @@ func (p *chunkPipeline) finisher() {
 	defer close(p.finished)
 	for e := range p.queue {
 		if p.err != nil {
-			p.release(e.file) // drained after a failure
+			p.drain(e.file) // after a failure
 			continue
 		}
 		var err error
@@ -236,20 +250,21 @@ func (p *chunkPipeline) finisher() {
 // SHA-256.
 func (p *chunkPipeline) complete(e *pendingEntry) error {
 	s, f := p.s, e.file
-	defer p.release(f)
+	defer p.drain(f) // what is left after a failure
 	s.mu.Lock()
 	err := s.uploadErr
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	locs := make([]chunkLoc, 0, max(len(f.jobs), len(f.rec.Chunks)))
+	var locs []chunkLoc
 	if f.jobs == nil { // unchanged since the last backup
+		locs = make([]chunkLoc, 0, len(f.rec.Chunks))
 		for _, id := range f.rec.Chunks {
 			locs = append(locs, s.known[id])
 		}
 	} else {
-		for _, j := range f.jobs {
+		for j := range f.jobs {
 			<-j.done
 			loc, ok := s.known[j.id]
 			if !ok {
@@ -257,14 +272,18 @@ func (p *chunkPipeline) complete(e *pendingEntry) error {
 			}
 			if ok {
 				s.stats.chunksKnown++
+			} else if loc, err = s.store(j.id, j.data, j.z); err != nil {
+				p.buffers <- j.buf
+				return fmt.Errorf("%s: %w", e.name, err)
 			} else {
-				if loc, err = s.store(j.id, j.data, j.z); err != nil {
-					return fmt.Errorf("%s: %w", e.name, err)
-				}
 				s.fresh[j.id] = loc
 			}
+			p.buffers <- j.buf
 			locs = append(locs, loc)
 			f.rec.Chunks = append(f.rec.Chunks, j.id)
+		}
+		if f.err != nil {
+			return nil // the walk fails with it
 		}
 	}
 	s.seen = append(s.seen, f.rec)
@@ -309,14 +328,20 @@ func (p *chunkPipeline) complete(e *pendingEntry) error {
 	return p.m.addSum(e.name, f.rec.Size, f.rec.SHA256[:])
 }
 
-// close ends the walk's side, waits for the finisher and the workers, and then for the packs'
-// uploads and the backup's records (chunkStore.finish).
-func (p *chunkPipeline) close() error {
+// close ends the walk's side, waits for the finisher and the workers, and then, unless the walk
+// failed (walkErr) or the finisher did, for the packs' uploads and the backup's records
+// (chunkStore.finish). A failed backup leaves no records: only packs nobody names, which
+// maintenance deletes.
+func (p *chunkPipeline) close(walkErr error) error {
 	close(p.queue)
 	<-p.finished
 	close(p.work)
 	p.workers.Wait()
-	if p.err != nil {
+	if walkErr != nil || p.err != nil {
+		p.s.uploads.Wait()
+		if walkErr != nil {
+			return walkErr
+		}
 		return p.err
 	}
 	return p.s.finish()
