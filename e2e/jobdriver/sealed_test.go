@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -173,19 +174,25 @@ func (e *env) sealed(t *testing.T) {
 	require.NoError(t, e.cl.Update(ctx, strat))
 	c1, index1 := backup("chunked-1")
 	assert.Equal(t, byte(4), parseHeader(t, index1).version, "a format-4 index")
-	assert.Equal(t, "s3://"+bucket+"/"+ns+"/.coffer/"+ns, c1.Spec.DriverMetadata[jobapi.MetadataPrefix+"repository"], "one repository per namespace")
+	prefix := path.Dir(strings.TrimPrefix(c1.Status.Artifact.URI, "s3://"+bucket+"/")) // the namespace, then the application here
+	assert.True(t, strings.HasPrefix(prefix, ns+"/"), prefix)
+	assert.Equal(t, "s3://"+bucket+"/"+prefix+"/.coffer/"+ns, c1.Spec.DriverMetadata[jobapi.MetadataPrefix+"repository"], "the repository is below the prefix, and the namespace's")
 	assert.NotEqual(t, "0", c1.Spec.DriverMetadata[jobapi.MetadataPrefix+"storedBytes"])
 	c2, _ := backup("chunked-2")
 	assert.Equal(t, "0", c2.Spec.DriverMetadata[jobapi.MetadataPrefix+"storedBytes"], "nothing changed, nothing stored")
 	assert.Equal(t, "0", c2.Spec.DriverMetadata[jobapi.MetadataPrefix+"uncompressedBytes"], "and no file read again")
-	for o := range e.s3.S3.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: ns + "/.coffer/" + ns + "/packs/", Recursive: true}) {
+	packs := 0
+	repo := strings.TrimPrefix(c1.Spec.DriverMetadata[jobapi.MetadataPrefix+"repository"], "s3://"+bucket+"/")
+	for o := range e.s3.S3.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: repo + "/packs/", Recursive: true}) {
 		require.NoError(t, o.Err)
+		packs++
 		pack := readAll(t, e, o.Key)
 		for _, plain := range []string{"tea\ncoffee", `"path":"/api/v1/orders/`} {
 			assert.NotContains(t, string(pack), plain, "the packs hold no plain data")
 		}
 		assert.False(t, bytes.Contains(pack, blob[:64]), "the packs hold no plain data")
 	}
+	require.NotZero(t, packs, "the chunks are in packs below %s", repo)
 	wipe(t, dir)
 	rj = restore("from-chunks", c2)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
