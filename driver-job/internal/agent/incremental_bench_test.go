@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -111,3 +112,76 @@ func BenchmarkIncremental(b *testing.B) {
 type devNull struct{}
 
 func (devNull) Write(p []byte) (int, error) { return len(p), nil }
+
+// EnvBenchFiles sets how many small files BenchmarkManySmallFiles backs up (default 100,000).
+const EnvBenchFiles = "COFFER_BENCH_FILES"
+
+// BenchmarkManySmallFiles backs up a tree of many 1 KiB files (COFFER_BENCH_FILES, 100 per
+// directory) in the tar format and twice in the chunked format (the second with nothing changed),
+// under the agent's memory limit, and reports each backup's seconds, peak Go heap and the
+// process's peak RSS (reset before each): what a backup's memory grows with, the manifest (both
+// formats) and, for chunked backups, the last backup's files/ record and the chunks' index.
+func BenchmarkManySmallFiles(b *testing.B) {
+	ApplyMemoryLimit(os.Getenv)
+	n := 100_000
+	if s := os.Getenv(EnvBenchFiles); s != "" {
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
+			b.Fatalf("%s=%q is not a positive number", EnvBenchFiles, s)
+		}
+	}
+	ctx := context.Background()
+	recipients, keyRef, ids := benchKeys(b)
+	tree := b.TempDir()
+	rng := rand.New(rand.NewPCG(3, 3))
+	data := make([]byte, 1024)
+	for i := range n {
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		p := filepath.Join(tree, fmt.Sprintf("d%05d", i/100), fmt.Sprintf("f%03d", i%100))
+		if i%100 == 0 {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // settled files
+	bucket := newBucket(b)
+	e := env(b, jobv1.ModeBackup, bucket, tree)
+	client, err := NewClient(e[jobv1.ParamEnvName("endpoint")], "", e[EnvAccessKeyID], e[EnvSecretAccessKey])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, run := range []struct {
+		name    string
+		chunked bool
+	}{{"tar", false}, {"chunked-first", true}, {"chunked-unchanged", true}} {
+		b.Run(run.name, func(b *testing.B) {
+			a := &Agent{S3: client, Log: devNull{}, CompressionLevel: DefaultCompressionLevel, Recipients: recipients, KeyRef: keyRef, Identities: ids,
+				Chunked: run.chunked, ChunkKey: testChunkKey}
+			var elapsed time.Duration
+			var heap uint64
+			var rss int64
+			for i := range b.N {
+				debug.FreeOSMemory()
+				resetPeakRSS()
+				stop := heapSampler()
+				start := time.Now()
+				if _, err := a.Backup(ctx, tree, bucket, fmt.Sprintf("ns/%s-%d.tar", run.name, i)); err != nil {
+					b.Fatal(err)
+				}
+				elapsed += time.Since(start)
+				heap = max(heap, stop())
+				if r, ok := peakRSS(); ok {
+					rss = max(rss, r)
+				}
+			}
+			b.ReportMetric(elapsed.Seconds()/float64(b.N), "backup-s")
+			b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MiB")
+			b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MiB")
+		})
+	}
+}
