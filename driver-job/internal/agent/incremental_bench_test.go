@@ -123,12 +123,7 @@ const EnvBenchFiles = "COFFER_BENCH_FILES"
 // formats) and, for chunked backups, the last backup's files/ record and the chunks' index.
 func BenchmarkManySmallFiles(b *testing.B) {
 	ApplyMemoryLimit(os.Getenv)
-	n := 100_000
-	if s := os.Getenv(EnvBenchFiles); s != "" {
-		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
-			b.Fatalf("%s=%q is not a positive number", EnvBenchFiles, s)
-		}
-	}
+	n := envCount(b, EnvBenchFiles, 100_000)
 	ctx := context.Background()
 	recipients, keyRef, ids := benchKeys(b)
 	tree := b.TempDir()
@@ -184,4 +179,15 @@ func BenchmarkManySmallFiles(b *testing.B) {
 			b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MiB")
 		})
 	}
+}
+
+// envCount is the positive number the environment variable name holds, or def when it is unset.
+func envCount(b *testing.B, name string, def int) int {
+	n := def
+	if s := os.Getenv(name); s != "" {
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
+			b.Fatalf("%s=%q is not a positive number", name, s)
+		}
+	}
+	return n
 }

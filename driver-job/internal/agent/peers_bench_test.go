@@ -292,12 +292,7 @@ func BenchmarkRatioToKopia(b *testing.B) {
 	if bin == "" {
 		b.Skipf("%s is not set: COFFER_PEERS_BIN=$(hack/testbin.sh --peers)", EnvPeersBin)
 	}
-	n := 9
-	if s := os.Getenv(EnvBenchPairs); s != "" {
-		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
-			b.Fatalf("%s=%q is not a positive number", EnvBenchPairs, s)
-		}
-	}
+	n := envCount(b, EnvBenchPairs, 9)
 	ctx := context.Background()
 	recipients, keyRef, ids := benchKeys(b)
 	tree := benchTree(b, "random")
