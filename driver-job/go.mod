@@ -8,6 +8,7 @@ require (
 	github.com/coffer-backup/coffer/e2e/harness v0.0.0
 	github.com/klauspost/compress v1.20.1
 	github.com/minio/minio-go/v7 v7.4.1
+	github.com/restic/chunker v0.4.0
 	github.com/stretchr/testify v1.12.1
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -20,7 +21,6 @@ require (
 require (
 	filippo.io/hpke v0.4.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
-	github.com/restic/chunker v0.4.0 // indirect
 )
 
 require (
