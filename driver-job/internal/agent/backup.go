@@ -68,6 +68,11 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		return nil, err
 	}
 	putOpts := a.putOptions()
+	if a.Chunked {
+		// A chunked artifact is an index, a few hundred bytes a file: S3's smallest parts, one
+		// at a time, rather than two parts of the data's size held in memory.
+		putOpts.PartSize, putOpts.NumThreads, putOpts.ConcurrentStreamParts = 5<<20, 1, false
+	}
 	_, err = a.S3.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
 	switch code := minio.ToErrorResponse(err).Code; {
 	case err == nil:

@@ -19,7 +19,6 @@ import (
 	"io/fs"
 	mrand "math/rand/v2"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,17 +137,7 @@ type runChunk struct {
 	Off, Sealed, Plain uint32
 }
 
-// runFiles is a files/ object: the regular files one backup saw.
-type runFiles struct {
-	// Start is when that backup started: a file changed after it may have changed within the
-	// clock's resolution of what was read, and is read again.
-	Start time.Time
-	Files []cachedFile
-	// Packs are all the packs the backup's artifact names: while the artifact exists, maintenance
-	// keeps them.
-	Packs []string
-}
-
+// cachedFile is an item of a files/ record (filesrecord.go): a regular file a backup saw.
 type cachedFile struct {
 	Path                   string
 	Size, MtimeNs, CtimeNs int64
@@ -183,8 +172,9 @@ type chunkStore struct {
 	packs         []knownPack
 	known         map[chunkID]chunkLoc // the chunks the repository held at the start; read-only after load
 	fresh         map[chunkID]chunkLoc // the chunks this backup stored
-	previous      map[string]*cachedFile
+	prev          *filesReader         // the last backup's files/ record, read beside the walk
 	previousStart time.Time
+	filesOut      *filesWriter // this backup's
 	seen          []cachedFile
 	written       runIndex
 	emittedKeys   []string // the packs the artifact names, in order
@@ -263,6 +253,10 @@ func (a *Agent) openChunkStore(ctx context.Context, bucket, key string) (*chunkS
 	if s.a.afterLoad != nil {
 		s.a.afterLoad()
 	}
+	if s.filesOut, err = s.newFilesWriter(); err != nil {
+		s.end()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -325,18 +319,13 @@ func (s *chunkStore) load() error {
 		}
 	}
 	if newestFiles != nil {
-		var files runFiles
-		if err := s.readRepoObject(newestFiles.key, &files); err != nil {
+		var err error
+		if s.prev, s.previousStart, err = s.openFilesRecord(s.ctx, newestFiles.key); err != nil {
 			s.a.logf("warning: every file is read: %s: %v", newestFiles.key, err)
-		} else {
-			s.previousStart = files.Start
-			s.previous = make(map[string]*cachedFile, len(files.Files))
-			for i := range files.Files {
-				s.previous[files.Files[i].Path] = &files.Files[i]
-			}
+			s.prev = nil
 		}
 	}
-	s.a.logf("repository %s: %d packs and %d chunks known, %d files of the last backup", ArtifactURI(s.bucket, s.repo), len(s.packs), len(s.known), len(s.previous))
+	s.a.logf("repository %s: %d packs and %d chunks known; the last backup's files record: %v", ArtifactURI(s.bucket, s.repo), len(s.packs), len(s.known), s.prev != nil)
 	return nil
 }
 
@@ -562,8 +551,29 @@ func (s *chunkStore) finish() error {
 	if err := s.putRepoObject("index", s.name, &s.written); err != nil {
 		return err
 	}
-	sort.Slice(s.seen, func(i, j int) bool { return s.seen[i].Path < s.seen[j].Path })
-	return s.putRepoObject("files", s.name, &runFiles{Start: s.start, Files: s.seen, Packs: s.emittedKeys})
+	return s.filesOut.close(s.emittedKeys)
+}
+
+// end closes the last backup's files record, once the walk is done with it.
+func (s *chunkStore) end() {
+	if s.prev != nil {
+		s.prev.close()
+		s.prev = nil
+	}
+}
+
+// previous is the last backup's record of the file name, if it has one.
+func (s *chunkStore) previous(name string) *cachedFile {
+	if s.prev == nil {
+		return nil
+	}
+	f := s.prev.find(name)
+	if s.prev.err != nil {
+		s.a.logf("warning: the rest of the files is read: the last backup's files record: %v", s.prev.err)
+		s.end()
+		return nil
+	}
+	return f
 }
 
 // putRepoObject seals v and stores it as dir/name.

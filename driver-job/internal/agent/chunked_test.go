@@ -367,7 +367,7 @@ func TestChunkedLargeFile(t *testing.T) {
 	// Credentials that may start a backup (its session record) and not store packs: the backup
 	// fails, and leaves no index, files record or artifact.
 	policy := strings.Replace(BackupPolicy(bucket, "ns/.coffer/sessions", "ns/.coffer"), `"arn:aws:s3:::`+bucket+`/ns/.coffer/sessions/*"`,
-		`"arn:aws:s3:::`+bucket+`/ns/.coffer/sessions/*", "arn:aws:s3:::`+bucket+`/ns/failed.tar"`, 1)
+		`"arn:aws:s3:::`+bucket+`/ns/.coffer/sessions/*", "arn:aws:s3:::`+bucket+`/ns/.coffer/files/*", "arn:aws:s3:::`+bucket+`/ns/failed.tar"`, 1)
 	b := *a
 	b.S3 = restrictedClient(t, policy)
 	writeRandom(t, filepath.Join(dir, "more"), 1<<20, rand.New(rand.NewPCG(13, 1)))

@@ -168,11 +168,16 @@ func (m *maintenance) run(margin time.Duration) error {
 			if _, ok := files[n]; !ok {
 				return fmt.Errorf("backup %s exists but files/%s does not: what it needs cannot be told", artifact, n)
 			}
-			var f runFiles
-			if err := s.readRepoObject(s.repo+"/files/"+n, &f); err != nil {
+			r, _, err := s.openFilesRecord(s.ctx, s.repo+"/files/"+n)
+			if err != nil {
 				return fmt.Errorf("files/%s: %w", n, err)
 			}
-			for _, p := range f.Packs {
+			packs, err := r.packs()
+			r.close()
+			if err != nil {
+				return fmt.Errorf("files/%s: %w", n, err)
+			}
+			for _, p := range packs {
 				referenced[p] = true
 			}
 			m.report.Live++

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"archive/tar"
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -27,7 +28,8 @@ import (
 //   - the finisher, one goroutine, takes the walk's entries in order, looks each chunk up, seals
 //     the new ones into packs (uploaded in the background) and writes the tar entries.
 //
-// At most maxChunksInFlight chunks are between the walk and the finisher, whatever the tree.
+// At most maxChunksInFlight chunks, and maxBytesInFlight bytes of them (one chunk, whatever its
+// size, may always go), are between the walk and the finisher, whatever the tree.
 type chunkPipeline struct {
 	s     *chunkStore
 	tw    *tar.Writer
@@ -37,9 +39,15 @@ type chunkPipeline struct {
 
 	queue chan *pendingEntry
 	work  chan *chunkJob
-	// buffers holds the maxChunksInFlight chunk buffers not in use: taking one is what lets the
-	// walk read a chunk. They are kept, not pooled, so that the collector has no garbage to chase.
-	buffers  chan *chunkBuffer
+	// flight counts the chunks read and not yet sealed, and keeps the buffers of those done
+	// with, so that the collector has no garbage to chase.
+	flight struct {
+		sync.Mutex
+		cond          *sync.Cond
+		chunks, bytes int
+		free          []*chunkBuffer
+		failed        bool
+	}
 	workers  sync.WaitGroup
 	finished chan struct{}
 	// failed is closed when the finisher fails; err is its error, set before.
@@ -49,12 +57,18 @@ type chunkPipeline struct {
 	fileHash hash.Hash // the walk's
 }
 
-// maxChunksInFlight bounds the chunks read and not yet sealed: at most this many chunk buffers
-// (1 MiB on average, 8 MiB at most) and their compressed forms.
-const maxChunksInFlight = 4
+// Bounds of the chunks read and not yet sealed: many small files' chunks keep the stages busy, a
+// large file's few fill the bytes.
+const (
+	maxChunksInFlight = 64
+	maxBytesInFlight  = 16 << 20
+)
 
 // chunkBuffer holds a chunk and its compressed form.
-type chunkBuffer struct{ data, z []byte }
+type chunkBuffer struct {
+	data, z []byte
+	n       int // the bytes it counts for in flight
+}
 
 // pendingEntry is an entry of the walk, for the finisher: a regular file (file set) or anything
 // else.
@@ -84,11 +98,9 @@ type chunkJob struct {
 
 func (s *chunkStore) startPipeline(tw *tar.Writer, m *manifest, buf []byte, warnf func(string, ...any)) *chunkPipeline {
 	p := &chunkPipeline{s: s, tw: tw, m: m, buf: buf, warnf: warnf,
-		queue: make(chan *pendingEntry, 64), work: make(chan *chunkJob, maxChunksInFlight), buffers: make(chan *chunkBuffer, maxChunksInFlight),
+		queue: make(chan *pendingEntry, 64), work: make(chan *chunkJob, maxChunksInFlight),
 		finished: make(chan struct{}), failed: make(chan struct{}), fileHash: sha256.New()}
-	for range maxChunksInFlight {
-		p.buffers <- &chunkBuffer{}
-	}
+	p.flight.cond = sync.NewCond(&p.flight)
 	for range s.a.codecThreads() {
 		p.workers.Add(1)
 		go p.worker()
@@ -154,7 +166,7 @@ func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile
 	s := p.s
 	ctime, ino := statTimes(fi)
 	f := &pendingFile{rec: cachedFile{Path: name, Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano(), CtimeNs: ctime.UnixNano(), Ino: ino}}
-	if prev := s.previous[name]; prev != nil && s.unchanged(prev, &f.rec) {
+	if prev := s.previous(name); prev != nil && s.unchanged(prev, &f.rec) {
 		all := true
 		for _, id := range prev.Chunks {
 			if _, ok := s.known[id]; !ok {
@@ -173,7 +185,7 @@ func (p *chunkPipeline) prepare(path, name string, fi fs.FileInfo) (*pendingFile
 	if err != nil {
 		return nil, nil, err
 	}
-	f.jobs = make(chan *chunkJob, maxChunksInFlight)
+	f.jobs = make(chan *chunkJob, 8) // the finisher takes them as they come
 	return f, file, nil
 }
 
@@ -193,10 +205,8 @@ func (p *chunkPipeline) read(file *os.File, f *pendingFile) error {
 		}
 		n += int64(c.Length)
 		p.fileHash.Write(c.Data)
-		var b *chunkBuffer
-		select {
-		case b = <-p.buffers:
-		case <-p.failed:
+		b := p.take(len(c.Data))
+		if b == nil {
 			return p.err
 		}
 		b.data = append(b.data[:0], c.Data...)
@@ -220,8 +230,49 @@ func (p *chunkPipeline) drain(f *pendingFile) {
 	}
 	for j := range f.jobs {
 		<-j.done
-		p.buffers <- j.buf
+		p.give(j.buf)
 	}
+}
+
+// take waits until a chunk of n bytes may be read, and returns a buffer for it; nil once the
+// finisher failed.
+func (p *chunkPipeline) take(n int) *chunkBuffer {
+	f := &p.flight
+	f.Lock()
+	defer f.Unlock()
+	for !f.failed && f.chunks > 0 && (f.chunks >= maxChunksInFlight || f.bytes+n > maxBytesInFlight) {
+		f.cond.Wait()
+	}
+	if f.failed {
+		return nil
+	}
+	f.chunks, f.bytes = f.chunks+1, f.bytes+n
+	b := &chunkBuffer{}
+	if k := len(f.free); k > 0 {
+		b, f.free = f.free[k-1], f.free[:k-1]
+	}
+	b.n = n
+	return b
+}
+
+// give returns a chunk's buffer once its chunk is sealed or dropped.
+func (p *chunkPipeline) give(b *chunkBuffer) {
+	f := &p.flight
+	f.Lock()
+	f.chunks, f.bytes = f.chunks-1, f.bytes-b.n
+	if cap(b.data)+cap(b.z) <= maxBytesInFlight/4 && len(f.free) < maxChunksInFlight { // a rare 8 MiB chunk is not kept
+		f.free = append(f.free, b)
+	}
+	f.Unlock()
+	f.cond.Signal()
+}
+
+// fail stops the walk's waits once the finisher failed.
+func (p *chunkPipeline) fail() {
+	p.flight.Lock()
+	p.flight.failed = true
+	p.flight.Unlock()
+	p.flight.cond.Broadcast()
 }
 
 // finisher writes the entries in the walk's order.
@@ -241,6 +292,7 @@ func (p *chunkPipeline) finisher() {
 		if err != nil {
 			p.err = err
 			close(p.failed)
+			p.fail()
 		}
 	}
 }
@@ -273,12 +325,12 @@ func (p *chunkPipeline) complete(e *pendingEntry) error {
 			if ok {
 				s.stats.chunksKnown++
 			} else if loc, err = s.store(j.id, j.data, j.z); err != nil {
-				p.buffers <- j.buf
+				p.give(j.buf)
 				return fmt.Errorf("%s: %w", e.name, err)
 			} else {
 				s.fresh[j.id] = loc
 			}
-			p.buffers <- j.buf
+			p.give(j.buf)
 			locs = append(locs, loc)
 			f.rec.Chunks = append(f.rec.Chunks, j.id)
 		}
@@ -286,7 +338,9 @@ func (p *chunkPipeline) complete(e *pendingEntry) error {
 			return nil // the walk fails with it
 		}
 	}
-	s.seen = append(s.seen, f.rec)
+	if err := s.filesOut.add(&f.rec); err != nil {
+		return fmt.Errorf("the files record: %w", err)
+	}
 	var list []byte
 	for i, loc := range locs {
 		pk := &s.packs[loc.pack]
@@ -337,8 +391,10 @@ func (p *chunkPipeline) close(walkErr error) error {
 	<-p.finished
 	close(p.work)
 	p.workers.Wait()
+	p.s.end()
 	if walkErr != nil || p.err != nil {
 		p.s.uploads.Wait()
+		p.s.filesOut.abort(cmp.Or(walkErr, p.err))
 		if walkErr != nil {
 			return walkErr
 		}
