@@ -104,6 +104,11 @@ func TestMaintenanceDeletesWhatNoBackupNeeds(t *testing.T) {
 	if _, err := a.Maintain(ctx, bucket, "ns/.coffer", time.Hour); err == nil || !strings.Contains(err.Error(), "cannot be told") {
 		t.Errorf("maintenance without the live Backup's files/: %v; want it refused", err)
 	}
+	// So does one whose record was cut short: it cannot tell which packs the Backup names.
+	overwrite(t, bucket, "ns/.coffer/files/second", files[:len(files)-20])
+	if _, err := a.Maintain(ctx, bucket, "ns/.coffer", time.Hour); err == nil || !strings.Contains(err.Error(), "files/second") {
+		t.Errorf("maintenance with the live Backup's files/ cut short: %v; want it refused", err)
+	}
 	overwrite(t, bucket, "ns/.coffer/files/second", files)
 
 	deleteBackup(t, a, second)
