@@ -329,7 +329,8 @@ func (s *chunkStore) load() error {
 	return nil
 }
 
-// readRepoObject reads and opens an index/ or files/ object into v.
+// readRepoObject reads and opens an index/ or maintenance/ object into v (files/ is a stream:
+// filesrecord.go).
 func (s *chunkStore) readRepoObject(key string, v any) error {
 	obj, err := s.a.S3.GetObject(s.ctx, s.bucket, key, minio.GetObjectOptions{})
 	if err != nil {

@@ -145,6 +145,16 @@ func (m *maintenance) run(margin time.Duration) error {
 	}
 	m.report.Packs = len(packs)
 
+	// Each index/ object is read once: for its backup's artifact, then to rewrite it.
+	read := make(map[string]*runIndex, len(indexes))
+	for n := range indexes {
+		idx := &runIndex{}
+		if err := s.readRepoObject(s.repo+"/index/"+n, idx); err != nil {
+			return fmt.Errorf("index/%s: %w", n, err)
+		}
+		read[n] = idx
+	}
+
 	// Which backups are live, which may be running, and which packs the live ones name.
 	names := map[string]bool{}
 	for n := range sessions {
@@ -158,7 +168,7 @@ func (m *maintenance) run(margin time.Duration) error {
 	var running []time.Time // starts of the backups that may be running
 	dead := map[string]bool{}
 	for n := range names {
-		artifact, err := m.artifactOf(n, sessions, indexes)
+		artifact, err := m.artifactOf(n, read)
 		if err != nil {
 			return err
 		}
@@ -233,12 +243,8 @@ func (m *maintenance) run(margin time.Duration) error {
 	}
 	// First out of index/, so that backups starting from now do not learn of them; dead backups
 	// whose packs are all gone leave the repository.
-	for n := range indexes {
-		var idx runIndex
+	for n, idx := range read {
 		key := s.repo + "/index/" + n
-		if err := s.readRepoObject(key, &idx); err != nil {
-			return fmt.Errorf("index/%s: %w", n, err)
-		}
 		kept := slices.DeleteFunc(slices.Clone(idx.Packs), func(p runPack) bool {
 			_, exists := packs[strings.TrimPrefix(p.Key, s.repo+"/packs/")]
 			_, condemned := still[p.Key]
@@ -252,7 +258,7 @@ func (m *maintenance) run(margin time.Duration) error {
 			delete(indexes, n)
 		case len(kept) != len(idx.Packs):
 			idx.Packs = kept
-			if err := s.putRepoObject("index", n, &idx); err != nil {
+			if err := s.putRepoObject("index", n, idx); err != nil {
 				return err
 			}
 		}
@@ -290,13 +296,9 @@ func (m *maintenance) run(margin time.Duration) error {
 	return s.putRepoObject("maintenance", "condemned", &condemnation{Packs: still})
 }
 
-// artifactOf is the artifact key of backup n, from its index/ or sessions/ object.
-func (m *maintenance) artifactOf(n string, sessions, indexes map[string]minio.ObjectInfo) (string, error) {
-	if _, ok := indexes[n]; ok {
-		var idx runIndex
-		if err := m.s.readRepoObject(m.s.repo+"/index/"+n, &idx); err != nil {
-			return "", fmt.Errorf("index/%s: %w", n, err)
-		}
+// artifactOf is the artifact key of backup n, from its index/ object (read) or its sessions/ one.
+func (m *maintenance) artifactOf(n string, read map[string]*runIndex) (string, error) {
+	if idx, ok := read[n]; ok {
 		return idx.Artifact, nil
 	}
 	var ss session
