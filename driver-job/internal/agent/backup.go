@@ -135,6 +135,7 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		report.Metadata[MetaUncompressedBytes] = strconv.FormatInt(st.bytesRead, 10)
 		report.Metadata[MetaRepository] = ArtifactURI(bucket, chunks.repo)
 		report.Metadata[MetaStoredBytes] = strconv.FormatInt(st.stored, 10)
+		report.Metadata[jobv1.MetaPackList] = chunks.packList
 		if st.stored > 0 {
 			report.Metadata[MetaCompressionRatio] = strconv.FormatFloat(float64(st.bytesNew)/float64(st.stored), 'f', 2, 64)
 		}

@@ -129,7 +129,9 @@ type runPack struct {
 	KeyRef  string
 	Wrapped []byte
 	Size    int64
-	Chunks  []runChunk
+	// SHA256 is the digest of the pack's stored bytes (zero in packs written before pack lists).
+	SHA256 [sha256.Size]byte
+	Chunks []runChunk
 }
 
 type runChunk struct {
@@ -156,6 +158,9 @@ type chunkLoc struct {
 type knownPack struct {
 	key     string
 	wrapped []byte
+	size    int64
+	sha256  [sha256.Size]byte
+	rec     *runPack // a pack this backup writes: size and digest are known once it is uploaded
 	// emitted is the pack's position in this backup's index, or -1 before it was introduced.
 	emitted int
 }
@@ -178,6 +183,10 @@ type chunkStore struct {
 	seen          []cachedFile
 	written       runIndex
 	emittedKeys   []string // the packs the artifact names, in order
+	emittedPacks  []int32  // the same, as indexes of packs
+	uploaded      []*runPack
+	sequence      int64  // this backup's number in the repository
+	packList      string // the "sha256:<hex>" of the stored pack list
 	nextEmit      int
 	cur           *packBuilder
 	chunker       *chunker.Chunker
@@ -312,7 +321,7 @@ func (s *chunkStore) load() error {
 				continue // written with other keys (or none): not this backup's to refer to
 			}
 			n := int32(len(s.packs))
-			s.packs = append(s.packs, knownPack{key: p.Key, wrapped: p.Wrapped, emitted: -1})
+			s.packs = append(s.packs, knownPack{key: p.Key, wrapped: p.Wrapped, size: p.Size, sha256: p.SHA256, emitted: -1})
 			for _, c := range p.Chunks {
 				s.known[c.ID] = chunkLoc{pack: n, off: c.Off, sealed: c.Sealed, plain: c.Plain}
 			}
@@ -323,6 +332,8 @@ func (s *chunkStore) load() error {
 		if s.prev, s.previousStart, err = s.openFilesRecord(s.ctx, newestFiles.key); err != nil {
 			s.a.logf("warning: every file is read: %s: %v", newestFiles.key, err)
 			s.prev = nil
+		} else {
+			s.sequence = s.prev.sequence + 1
 		}
 	}
 	s.a.logf("repository %s: %d packs and %d chunks known; the last backup's files record: %v", ArtifactURI(s.bucket, s.repo), len(s.packs), len(s.known), s.prev != nil)
@@ -498,7 +509,7 @@ func (s *chunkStore) newPack() error {
 		}
 		p.rec.Wrapped, p.rec.KeyRef = wrapped.Bytes(), s.a.KeyRef
 	}
-	s.packs = append(s.packs, knownPack{key: p.rec.Key, wrapped: p.rec.Wrapped, emitted: -1})
+	s.packs = append(s.packs, knownPack{key: p.rec.Key, wrapped: p.rec.Wrapped, rec: p.rec, emitted: -1})
 	s.cur = p
 	return nil
 }
@@ -511,7 +522,7 @@ func (s *chunkStore) upload() {
 		return
 	}
 	p.rec.Size = int64(len(p.data))
-	s.written.Packs = append(s.written.Packs, *p.rec)
+	s.uploaded = append(s.uploaded, p.rec)
 	s.stats.packs++
 	s.stats.stored += p.rec.Size
 	s.slots <- struct{}{}
@@ -525,6 +536,7 @@ func (s *chunkStore) upload() {
 			<-s.slots
 			s.uploads.Done()
 		}()
+		p.rec.SHA256 = sha256.Sum256(p.data) // for the pack list; read after s.uploads.Wait
 		_, err := s.a.S3.PutObject(s.ctx, s.bucket, p.rec.Key, bytes.NewReader(p.data), int64(len(p.data)),
 			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, AutoChecksum: minio.ChecksumCRC32C})
 		if err != nil {
@@ -549,10 +561,45 @@ func (s *chunkStore) finish() error {
 	if s.uploadErr != nil {
 		return s.uploadErr
 	}
+	for _, p := range s.uploaded {
+		s.written.Packs = append(s.written.Packs, *p)
+	}
 	if err := s.putRepoObject("index", s.name, &s.written); err != nil {
 		return err
 	}
-	return s.filesOut.close(s.emittedKeys)
+	if err := s.filesOut.close(s.emittedKeys); err != nil {
+		return err
+	}
+	return s.putPackList()
+}
+
+// putPackList stores the pack list of the packs the artifact names (apis/jobdriver: what
+// checksum-only verification checks without keys), and keeps its digest for the report.
+func (s *chunkStore) putPackList() error {
+	l := jobv1.PackList{Sequence: s.sequence, Packs: make([]jobv1.ListedPack, 0, len(s.emittedPacks))}
+	for _, i := range s.emittedPacks {
+		pk := &s.packs[i]
+		size, sum := pk.size, pk.sha256
+		if pk.rec != nil {
+			size, sum = pk.rec.Size, pk.rec.SHA256
+		}
+		lp := jobv1.ListedPack{Name: strings.TrimPrefix(pk.key, s.repo+"/packs/"), Size: size, Added: pk.rec != nil}
+		if sum != ([sha256.Size]byte{}) {
+			lp.SHA256 = hex.EncodeToString(sum[:])
+		}
+		l.Packs = append(l.Packs, lp)
+	}
+	b, err := l.Marshal()
+	if err != nil {
+		return err
+	}
+	key := s.repo + "/" + jobv1.PackListDir + "/" + s.name
+	if _, err := s.a.S3.PutObject(s.ctx, s.bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{ContentType: "text/plain", SendContentMd5: true}); err != nil {
+		return fmt.Errorf("storing %s: %w", ArtifactURI(s.bucket, key), err)
+	}
+	sum := sha256.Sum256(b)
+	s.packList = "sha256:" + hex.EncodeToString(sum[:])
+	return nil
 }
 
 // end closes the last backup's files record, once the walk is done with it.

@@ -3,11 +3,15 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,6 +81,46 @@ func metaInt(t *testing.T, r *jobv1.ArtifactReport, key string) int64 {
 		t.Fatalf("report metadata %s=%q: %v", key, r.Metadata[key], err)
 	}
 	return n
+}
+
+// packList reads the pack list of a chunked backup and checks it against the report's digest and
+// every listed pack against the store: its size and the SHA-256 of its bytes.
+func packList(t *testing.T, a *Agent, report *jobv1.ArtifactReport) *jobv1.PackList {
+	t.Helper()
+	ctx := context.Background()
+	bucket, key := keyOf(t, report)
+	repo := a.repository(key)
+	obj, err := a.S3.GetObject(ctx, bucket, repo+"/packlists/"+strings.TrimSuffix(path.Base(key), ".tar"), minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	b, err := io.ReadAll(obj)
+	if err != nil {
+		t.Fatalf("reading the pack list of %s: %v", report.URI, err)
+	}
+	if sum := sha256.Sum256(b); report.Metadata[jobv1.MetaPackList] != "sha256:"+hex.EncodeToString(sum[:]) {
+		t.Errorf("the report's pack list digest %q is not that of the stored list", report.Metadata[jobv1.MetaPackList])
+	}
+	l, err := jobv1.ParsePackList(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the pack list of %s: %v", report.URI, err)
+	}
+	for _, p := range l.Packs {
+		o, err := a.S3.GetObject(ctx, bucket, repo+"/packs/"+p.Name, minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(o)
+		o.Close()
+		if err != nil {
+			t.Fatalf("pack %s: %v", p.Name, err)
+		}
+		if sum := sha256.Sum256(data); int64(len(data)) != p.Size || hex.EncodeToString(sum[:]) != p.SHA256 {
+			t.Errorf("pack %s holds %d bytes of SHA-256 %x; the list says %d bytes of %s", p.Name, len(data), sum, p.Size, p.SHA256)
+		}
+	}
+	return l
 }
 
 func restoreInto(t *testing.T, a *Agent, report *jobv1.ArtifactReport) map[string]string {
@@ -231,6 +275,28 @@ func TestChunkedBackupsStoreOnlyWhatChanged(t *testing.T) {
 	read, stored := metaInt(t, third, MetaUncompressedBytes), metaInt(t, third, MetaStoredBytes)
 	if read != 1<<20 || stored < 1<<20 || stored > 1<<20+64<<10 {
 		t.Errorf("after one 1 MiB file changed, the backup read %d bytes and stored %d; want that file read and stored", read, stored)
+	}
+
+	// The pack lists: what a reader without keys can check (apis/jobdriver: PackList).
+	l1, l2, l3 := packList(t, a, first), packList(t, a, second), packList(t, a, third)
+	if l1.Sequence != 2 || l2.Sequence != 3 || l3.Sequence != 4 {
+		t.Errorf("pack list sequences %d, %d, %d; want the backups' numbers in the repository 2, 3, 4", l1.Sequence, l2.Sequence, l3.Sequence)
+	}
+	names := func(l *jobv1.PackList, added bool) (n []string) {
+		for _, p := range l.Packs {
+			if p.Added == added {
+				n = append(n, p.Name)
+			}
+		}
+		return n
+	}
+	if len(names(l1, true)) != 0 || len(names(l2, true)) != 0 || len(l1.Packs) < 8 || !slices.Equal(names(l1, false), names(l2, false)) {
+		t.Errorf("backups that stored nothing list packs %v (added %v) and %v (added %v); want the same old packs, none added",
+			names(l1, false), names(l1, true), names(l2, false), names(l2, true))
+	}
+	old3 := names(l3, false)
+	if got := names(l3, true); len(got) != 1 || len(old3) == 0 || slices.ContainsFunc(old3, func(n string) bool { return !slices.Contains(names(l2, false), n) }) {
+		t.Errorf("the third backup lists %v added and old packs %v; want the one that holds the changed file and some of the second's %v", got, old3, names(l2, false))
 	}
 
 	assertSameTree(t, wantFirst, restoreInto(t, a, first))

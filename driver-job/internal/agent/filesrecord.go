@@ -26,9 +26,11 @@ import (
 // filesItem is one item of a files/ record.
 type filesItem struct {
 	Start time.Time
-	File  *cachedFile
-	Packs []string
-	End   bool
+	// Sequence, in the first item, is the backup's number in its repository.
+	Sequence int64
+	File     *cachedFile
+	Packs    []string
+	End      bool
 }
 
 // Sealed streams: magic, version, an 8-byte nonce prefix, then segments of at most segmentSize
@@ -189,7 +191,7 @@ func (s *chunkStore) newFilesWriter() (*filesWriter, error) {
 		return nil, err
 	}
 	f.enc = gob.NewEncoder(f.zw)
-	if err := f.enc.Encode(filesItem{Start: s.start}); err != nil {
+	if err := f.enc.Encode(filesItem{Start: s.start, Sequence: s.sequence}); err != nil {
 		f.abort(err)
 		return nil, err
 	}
@@ -235,6 +237,8 @@ type filesReader struct {
 	next *cachedFile // the next file, in the walk's order; nil at the end
 	end  *filesItem  // the last item, once read
 	err  error
+	// sequence is the number of the backup that wrote the record.
+	sequence int64
 }
 
 func (s *chunkStore) openFilesRecord(ctx context.Context, key string) (*filesReader, time.Time, error) {
@@ -260,6 +264,7 @@ func (s *chunkStore) openFilesRecord(ctx context.Context, key string) (*filesRea
 		f.close()
 		return nil, time.Time{}, err
 	}
+	f.sequence = first.Sequence
 	f.advance()
 	return f, first.Start, f.err
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
 // Maintenance of a chunked repository deletes the packs no Backup needs any more, never one a
@@ -127,22 +129,13 @@ func (m *maintenance) run(margin time.Duration) error {
 	if err != nil {
 		return err
 	}
-	sessions, err := m.list("sessions")
-	if err != nil {
-		return err
+	listed := map[string]map[string]minio.ObjectInfo{}
+	for _, dir := range []string{"sessions", "files", "index", "packs", jobv1.PackListDir} {
+		if listed[dir], err = m.list(dir); err != nil {
+			return err
+		}
 	}
-	files, err := m.list("files")
-	if err != nil {
-		return err
-	}
-	indexes, err := m.list("index")
-	if err != nil {
-		return err
-	}
-	packs, err := m.list("packs")
-	if err != nil {
-		return err
-	}
+	sessions, files, indexes, packs := listed["sessions"], listed["files"], listed["index"], listed["packs"]
 	m.report.Packs = len(packs)
 
 	// Each index/ object is read once: for its backup's artifact, then to rewrite it.
@@ -267,8 +260,8 @@ func (m *maintenance) run(margin time.Duration) error {
 		if _, ok := indexes[n]; ok {
 			continue // some of its packs are still named by live backups
 		}
-		for dir, listed := range map[string]map[string]minio.ObjectInfo{"files": files, "sessions": sessions} {
-			if _, ok := listed[n]; ok {
+		for _, dir := range []string{"files", "sessions", jobv1.PackListDir} {
+			if _, ok := listed[dir][n]; ok {
 				if err := m.remove(s.repo + "/" + dir + "/" + n); err != nil {
 					return err
 				}

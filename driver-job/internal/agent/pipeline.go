@@ -348,6 +348,7 @@ func (p *chunkPipeline) complete(e *pendingEntry) error {
 			pk.emitted = s.nextEmit
 			s.nextEmit++
 			s.emittedKeys = append(s.emittedKeys, pk.key)
+			s.emittedPacks = append(s.emittedPacks, loc.pack)
 			hdr := &tar.Header{Typeflag: typePack, Name: pk.key, Size: int64(len(pk.wrapped)), Mode: 0o400, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
 			if err := p.tw.WriteHeader(hdr); err != nil {
 				return fmt.Errorf("pack %s: %w", pk.key, err)
