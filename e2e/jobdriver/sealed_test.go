@@ -193,6 +193,18 @@ func (e *env) sealed(t *testing.T) {
 		assert.False(t, bytes.Contains(pack, blob[:64]), "the packs hold no plain data")
 	}
 	require.NotZero(t, packs, "the chunks are in packs below %s", repo)
+	// Each Backup's pack list (what checksum-only verification checks without keys) is the one
+	// it records, and names packs whose bytes have the listed digests.
+	l1, l2 := packList(t, e, repo, c1), packList(t, e, repo, c2)
+	assert.Equal(t, l1.Sequence+1, l2.Sequence, "the second chunked backup is the next in the repository")
+	assert.Len(t, l2.Packs, len(l1.Packs), "the same packs")
+	for i, p := range l1.Packs {
+		assert.True(t, p.Added, "the first chunked backup added pack %s", p.Name)
+		assert.False(t, l2.Packs[i].Added, "the second added nothing")
+		assert.Equal(t, p.SHA256, l2.Packs[i].SHA256)
+		sum := sha256.Sum256(readAll(t, e, repo+"/packs/"+p.Name))
+		assert.Equal(t, p.SHA256, hex.EncodeToString(sum[:]), "pack %s", p.Name)
+	}
 	wipe(t, dir)
 	rj = restore("from-chunks", c2)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
@@ -201,6 +213,20 @@ func (e *env) sealed(t *testing.T) {
 	rj = restore("tar-after-chunks", b)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	require.Equal(t, original, tree(t, dir), "a tar Backup still restores")
+}
+
+// packList reads Backup b's pack list from the repository and checks it against the digest b
+// records.
+func packList(t *testing.T, e *env, repo string, b *backupsv1.Backup) *jobapi.PackList {
+	t.Helper()
+	name := strings.TrimSuffix(path.Base(b.Status.Artifact.URI), ".tar")
+	data := readAll(t, e, repo+"/"+jobapi.PackListDir+"/"+name)
+	sum := sha256.Sum256(data)
+	require.Equal(t, "sha256:"+hex.EncodeToString(sum[:]), b.Spec.DriverMetadata[jobapi.MetadataPrefix+jobapi.MetaPackList])
+	l, err := jobapi.ParsePackList(bytes.NewReader(data))
+	require.NoError(t, err)
+	require.NotEmpty(t, l.Packs)
+	return l
 }
 
 func readAll(t *testing.T, e *env, key string) []byte {

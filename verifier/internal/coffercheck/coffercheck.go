@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,6 +59,9 @@ type Checker struct {
 	Artifacts artifact.Registry
 	// Sandbox makes, re-checks and deletes the run's sandbox. Required for full-restore.
 	Sandbox *sandbox.Maker
+	// PackSlices is the number of slices of a chunked Backup's older packs a checksum-only run
+	// reads one of (artifact.DefaultPackSlices when 0).
+	PackSlices int
 }
 
 // BackupKey is the Backup a run of the coffer backend verifies.
@@ -111,11 +115,22 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	case err != nil:
 		return out, err
 	}
-	return compare(out, b, d, missing), nil
+	var packs *artifact.PackCheck
+	if pc, ok := rd.(artifact.PackChecker); ok && missing == "" && chunked(b) && b.Spec.DriverMetadata[artifact.MetaPackList] != "" {
+		if packs, err = pc.CheckPacks(ctx, b, c.PackSlices); err != nil {
+			return out, err
+		}
+	}
+	return compare(out, b, d, missing, packs), nil
 }
 
-// compare judges a read artifact against status.artifact.
-func compare(out backend.Outcome, b *backupsv1.Backup, d download.Digest, missing string) backend.Outcome {
+func chunked(b *backupsv1.Backup) bool {
+	return b.Spec.DriverMetadata[artifact.MetaFormat] == artifact.ChunkedFormat
+}
+
+// compare judges a read artifact against status.artifact, and a chunked artifact's packs when
+// they were checked.
+func compare(out backend.Outcome, b *backupsv1.Backup, d download.Digest, missing string, packs *artifact.PackCheck) backend.Outcome {
 	obj := object(client.ObjectKeyFromObject(b))
 	art := b.Status.Artifact
 	add := func(code string, sev securityv1.Severity, msg string) {
@@ -141,12 +156,32 @@ func compare(out backend.Outcome, b *backupsv1.Backup, d download.Digest, missin
 		ok = false
 		add(securityv1.CodeChecksumMismatch, securityv1.SeverityCritical, fmt.Sprintf("the stored artifact's SHA-256 is %s, but the Backup records %s", out.ComputedChecksum, art.Checksum))
 	}
+	if packs != nil {
+		out.Detail(DetailChunksRead, "added+slice")
+		out.Detail(DetailPacksListed, strconv.Itoa(packs.Listed))
+		out.Detail(DetailPacksRead, strconv.Itoa(packs.Read))
+		out.Detail(DetailPackBytesRead, strconv.FormatInt(packs.BytesRead, 10))
+		out.Detail(DetailPackSlice, fmt.Sprintf("%d/%d", packs.Slice, packs.Slices))
+		for i, p := range packs.Problems {
+			msg := p.Message
+			if i == len(packs.Problems)-1 && packs.Unshown > 0 {
+				msg += fmt.Sprintf(" (and %d more problems with the packs)", packs.Unshown)
+			}
+			add(p.Code, securityv1.SeverityCritical, msg)
+		}
+		ok = ok && len(packs.Problems) == 0
+	}
 	switch {
-	case ok && b.Spec.DriverMetadata[chunkedFormatKey] == chunkedFormat:
-		// The truth about what was read: a chunked artifact is an index, and its chunks live in
-		// packs the verifier cannot open (they are sealed for the namespace's keys).
+	case ok && chunked(b) && packs != nil:
 		add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, fmt.Sprintf("the stored index %s (%d bytes) of a chunked Backup matches the recorded %s; "+
-			"the chunks it names (in %s) are read by full-restore verification, not by checksum-only", art.URI, d.SizeBytes, art.Checksum, b.Spec.DriverMetadata[chunkedRepositoryKey]))
+			"its %d packs in %s exist with their listed sizes, and the %d read (those it added and slice %d of the older ones, %d bytes) match their SHA-256; "+
+			"the chunks' keyed hashes are checked by full-restore verification", art.URI, d.SizeBytes, art.Checksum, packs.Listed, packs.Repository, packs.Read, packs.Slice, packs.BytesRead))
+	case ok && chunked(b):
+		// The truth about what was read: a chunked artifact is an index, and its chunks live in
+		// packs the verifier cannot open (they are sealed for the namespace's keys); this Backup
+		// records no pack list (written before them) to check them by.
+		add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, fmt.Sprintf("the stored index %s (%d bytes) of a chunked Backup matches the recorded %s; "+
+			"the chunks it names (in %s) are read by full-restore verification, not by checksum-only", art.URI, d.SizeBytes, art.Checksum, b.Spec.DriverMetadata[artifact.MetaRepository]))
 		out.Detail(DetailChunksRead, "false")
 	case ok:
 		add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, fmt.Sprintf("the stored artifact %s (%d bytes) matches the recorded %s", art.URI, d.SizeBytes, art.Checksum))
@@ -154,15 +189,17 @@ func compare(out backend.Outcome, b *backupsv1.Backup, d download.Digest, missin
 	return out
 }
 
-// A chunked artifact (coffer-agent's format 4) says so in the Backup's driverMetadata, as
-// driver-job copies the agent's report there.
+// Details of a checksum-only Result of a chunked artifact (coffer-agent's format 4, which says so
+// in the Backup's driverMetadata, as driver-job copies the agent's report there).
 const (
-	chunkedFormatKey     = "artifact.format"
-	chunkedFormat        = "4"
-	chunkedRepositoryKey = "artifact.repository"
-	// DetailChunksRead is "false" on the Result of a checksum-only run that read a chunked
-	// Backup's index and none of its chunks.
-	DetailChunksRead = "chunksRead"
+	// DetailChunksRead is "added+slice" when the packs were checked (package artifact: PackCheck),
+	// "false" when only the index was read (a Backup without a pack list).
+	DetailChunksRead    = "chunksRead"
+	DetailPacksListed   = "packsListed"
+	DetailPacksRead     = "packsRead"
+	DetailPackBytesRead = "packBytesRead"
+	// DetailPackSlice is "<slot>/<slices>": which slice of the older packs the run read.
+	DetailPackSlice = "packSlice"
 )
 
 // RestoreJobName is the name of a run's RestoreJob, in the Backup's namespace.
