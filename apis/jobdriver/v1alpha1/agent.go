@@ -59,6 +59,10 @@ const (
 	// EnvChunkKey holds the chunk key of a Chunked strategy with encryption, from the Secret's key
 	// SecretKeyChunkKey (backup only; set with secretKeyRef, never a value).
 	EnvChunkKey = "COFFER_CHUNK_KEY"
+	// EnvObjectLockMode ("COMPLIANCE" or "GOVERNANCE") and EnvRetainFor (a Go duration) are the
+	// strategy's artifact.objectLock (backup only).
+	EnvObjectLockMode = "COFFER_OBJECT_LOCK_MODE"
+	EnvRetainFor      = "COFFER_RETAIN_FOR"
 	// EnvRecord holds the record (backups/v1alpha1 ArtifactRecord, JSON) of the Backup a backup
 	// Job makes, without its artifact (backup only). A backup process completes it with the
 	// artifact it reports and stores it next to the artifact, at the artifact's key plus

@@ -179,7 +179,45 @@ type ArtifactOptions struct {
 	// encrypted artifacts when the Secret is set).
 	// +optional
 	Encryption *ArtifactEncryption `json:"encryption,omitempty"`
+
+	// objectLock writes every object a backup stores (its artifact and record, and with the
+	// Chunked format its packs and pack list) with an S3 Object Lock retention: nobody, the
+	// backup's own credentials included, can delete or overwrite them until it ends. The bucket
+	// must have been created with object lock enabled. A Chunked backup extends the retention of
+	// the older packs it names, so that every pack outlives the Backups that need it. Deletions
+	// (retention, cleanup, maintenance) then only hide objects behind delete markers; the locked
+	// versions stay until their date, when a bucket lifecycle rule on noncurrent versions removes
+	// them (docs/driver-job.md).
+	// +optional
+	ObjectLock *ArtifactObjectLock `json:"objectLock,omitempty"`
 }
+
+// ArtifactObjectLock is the S3 Object Lock retention of a strategy's backups.
+type ArtifactObjectLock struct {
+	// mode is Compliance (the default: nobody can shorten the retention or delete a locked
+	// version, not even the bucket's owner) or Governance (a user with
+	// s3:BypassGovernanceRetention can).
+	// +optional
+	// +kubebuilder:validation:Enum=Compliance;Governance
+	Mode ObjectLockMode `json:"mode,omitempty"`
+
+	// retainFor is how long each object stays locked after its backup started: at least as long
+	// as the Plans of this strategy keep their Backups, plus a margin. The verifier reports a
+	// Backup whose objects are no longer locked. At most 10 years.
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('87600h')",message="retainFor must be 1s to 87600h (10 years)"
+	RetainFor metav1.Duration `json:"retainFor"`
+}
+
+// ObjectLockMode is an S3 Object Lock retention mode.
+type ObjectLockMode string
+
+const (
+	ObjectLockCompliance ObjectLockMode = "Compliance"
+	ObjectLockGovernance ObjectLockMode = "Governance"
+)
 
 // ArtifactFormat is what a backup writes.
 type ArtifactFormat string

@@ -100,6 +100,10 @@ type Agent struct {
 	Repository string
 	ChunkKey   string
 	PackSize   int
+	// RetainFor, when positive, locks every object a backup stores that a restore needs (S3 Object
+	// Lock, in mode LockMode) until RetainFor after the backup started (lock.go).
+	RetainFor time.Duration
+	LockMode  minio.RetentionMode
 	// Record, when set, is the record template of a backup (COFFER_RECORD): the backup stores it,
 	// completed with its artifact, next to the artifact.
 	Record *backupsv1.ArtifactRecord
@@ -194,7 +198,7 @@ func Run(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
 		return err
 	}
 	a := &Agent{S3: s3, Log: stderr, CompressionLevel: cfg.CompressionLevel, Recipients: cfg.Recipients, KeyRef: cfg.KeyRef, Identities: cfg.Identities, Record: cfg.Record,
-		Chunked: cfg.Format == FormatChunked, ChunkKey: cfg.ChunkKey}
+		Chunked: cfg.Format == FormatChunked, ChunkKey: cfg.ChunkKey, RetainFor: cfg.RetainFor, LockMode: minio.RetentionMode(cfg.LockMode)}
 	if a.Chunked {
 		// One repository per namespace, whatever the strategy's prefix: no chunk is shared
 		// between tenants.

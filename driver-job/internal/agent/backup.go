@@ -67,7 +67,11 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 	if err != nil {
 		return nil, err
 	}
-	putOpts := a.putOptions()
+	until := a.clock().Add(a.RetainFor) // the lock of what this backup stores
+	if err := a.checkLockable(ctx, bucket); err != nil {
+		return nil, err
+	}
+	putOpts := a.locked(a.putOptions(), until)
 	if a.Chunked {
 		// A chunked artifact is an index, a few hundred bytes a file: S3's smallest parts, one
 		// at a time, rather than two parts of the data's size held in memory.
@@ -90,6 +94,7 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		if chunks, err = a.openChunkStore(ctx, bucket, key); err != nil {
 			return nil, err
 		}
+		chunks.lockUntil = until
 	}
 	a.logf("backing up %s to %s (format %d, compression %s, encryption %s)", dir, uri, hdr.Version, a.compressionName(), a.encryptionName(hdr))
 	start := time.Now()
@@ -149,7 +154,7 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		return nil, err
 	}
 	if a.Record != nil {
-		if err := a.writeRecord(ctx, bucket, key, report, start); err != nil {
+		if err := a.writeRecord(ctx, bucket, key, report, start, until); err != nil {
 			// An artifact without its record could not be found again from storage alone: the
 			// backup fails, and takes its artifact back rather than leave it to nobody.
 			if rerr := a.S3.RemoveObject(ctx, bucket, key, minio.RemoveObjectOptions{}); rerr != nil {

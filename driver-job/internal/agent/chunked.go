@@ -121,6 +121,8 @@ func deriveRepoKeys(secret string) (repoKeys, error) {
 type runIndex struct {
 	Artifact string
 	Packs    []runPack
+	// Extended are the older packs whose lock the backup extended, and until when (lock.go).
+	Extended []packLock
 }
 
 type runPack struct {
@@ -131,7 +133,9 @@ type runPack struct {
 	Size    int64
 	// SHA256 is the digest of the pack's stored bytes (zero in packs written before pack lists).
 	SHA256 [sha256.Size]byte
-	Chunks []runChunk
+	// RetainUntil is the pack's object lock when it was stored (zero: none).
+	RetainUntil time.Time
+	Chunks      []runChunk
 }
 
 type runChunk struct {
@@ -160,7 +164,8 @@ type knownPack struct {
 	wrapped []byte
 	size    int64
 	sha256  [sha256.Size]byte
-	rec     *runPack // a pack this backup writes: size and digest are known once it is uploaded
+	rec     *runPack  // a pack this backup writes: size and digest are known once it is uploaded
+	until   time.Time // the latest lock the repository's records know of
 	// emitted is the pack's position in this backup's index, or -1 before it was introduced.
 	emitted int
 }
@@ -185,8 +190,9 @@ type chunkStore struct {
 	emittedKeys   []string // the packs the artifact names, in order
 	emittedPacks  []int32  // the same, as indexes of packs
 	uploaded      []*runPack
-	sequence      int64  // this backup's number in the repository
-	packList      string // the "sha256:<hex>" of the stored pack list
+	sequence      int64     // this backup's number in the repository
+	packList      string    // the "sha256:<hex>" of the stored pack list
+	lockUntil     time.Time // the lock of what this backup stores, when a.RetainFor is set
 	nextEmit      int
 	cur           *packBuilder
 	chunker       *chunker.Chunker
@@ -307,6 +313,7 @@ func (s *chunkStore) load() error {
 	if len(s.a.Recipients) > 0 {
 		keyRef = s.a.KeyRef
 	}
+	extended := map[string]time.Time{}
 	for o := range s.a.S3.ListObjects(s.ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.repo + "/index/"}) {
 		if o.Err != nil {
 			return fmt.Errorf("listing %s: %w", ArtifactURI(s.bucket, s.repo+"/index/"), o.Err)
@@ -316,15 +323,25 @@ func (s *chunkStore) load() error {
 			s.a.logf("warning: ignoring %s: %v", o.Key, err)
 			continue
 		}
+		for _, e := range idx.Extended {
+			if e.Until.After(extended[e.Key]) {
+				extended[e.Key] = e.Until
+			}
+		}
 		for _, p := range idx.Packs {
 			if p.KeyRef != keyRef {
 				continue // written with other keys (or none): not this backup's to refer to
 			}
 			n := int32(len(s.packs))
-			s.packs = append(s.packs, knownPack{key: p.Key, wrapped: p.Wrapped, size: p.Size, sha256: p.SHA256, emitted: -1})
+			s.packs = append(s.packs, knownPack{key: p.Key, wrapped: p.Wrapped, size: p.Size, sha256: p.SHA256, until: p.RetainUntil, emitted: -1})
 			for _, c := range p.Chunks {
 				s.known[c.ID] = chunkLoc{pack: n, off: c.Off, sealed: c.Sealed, plain: c.Plain}
 			}
+		}
+	}
+	for i := range s.packs {
+		if u := extended[s.packs[i].key]; u.After(s.packs[i].until) {
+			s.packs[i].until = u
 		}
 	}
 	if newestFiles != nil {
@@ -522,6 +539,9 @@ func (s *chunkStore) upload() {
 		return
 	}
 	p.rec.Size = int64(len(p.data))
+	if s.a.RetainFor > 0 {
+		p.rec.RetainUntil = s.packLock()
+	}
 	s.uploaded = append(s.uploaded, p.rec)
 	s.stats.packs++
 	s.stats.stored += p.rec.Size
@@ -538,7 +558,7 @@ func (s *chunkStore) upload() {
 		}()
 		p.rec.SHA256 = sha256.Sum256(p.data) // for the pack list; read after s.uploads.Wait
 		_, err := s.a.S3.PutObject(s.ctx, s.bucket, p.rec.Key, bytes.NewReader(p.data), int64(len(p.data)),
-			minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, AutoChecksum: minio.ChecksumCRC32C})
+			s.a.locked(minio.PutObjectOptions{ContentType: ContentType, DisableContentSha256: true, AutoChecksum: minio.ChecksumCRC32C}, s.packLock()))
 		if err != nil {
 			s.mu.Lock()
 			if s.uploadErr == nil {
@@ -563,6 +583,9 @@ func (s *chunkStore) finish() error {
 	}
 	for _, p := range s.uploaded {
 		s.written.Packs = append(s.written.Packs, *p)
+	}
+	if err := s.extendLocks(); err != nil {
+		return err
 	}
 	if err := s.putRepoObject("index", s.name, &s.written); err != nil {
 		return err
@@ -594,7 +617,7 @@ func (s *chunkStore) putPackList() error {
 		return err
 	}
 	key := s.repo + "/" + jobv1.PackListDir + "/" + s.name
-	if _, err := s.a.S3.PutObject(s.ctx, s.bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{ContentType: "text/plain", SendContentMd5: true}); err != nil {
+	if _, err := s.a.S3.PutObject(s.ctx, s.bucket, key, bytes.NewReader(b), int64(len(b)), s.a.locked(minio.PutObjectOptions{ContentType: "text/plain", SendContentMd5: true}, s.lockUntil)); err != nil {
 		return fmt.Errorf("storing %s: %w", ArtifactURI(s.bucket, key), err)
 	}
 	sum := sha256.Sum256(b)
@@ -640,18 +663,21 @@ func (s *chunkStore) putRepoObject(dir, name string, v any) error {
 // chunkSource is the restore side of a chunked artifact: it reads the chunks a file's chunk list
 // names from the packs the index introduced, a window of a pack at a time.
 type chunkSource struct {
-	a       *Agent
-	ctx     context.Context
-	bucket  string
-	packs   []*sourcePack
-	windows []*packWindow // most recently used last
-	zdec    *zstd.Decoder
-	hash    hash.Hash
-	plain   []byte
+	a        *Agent
+	ctx      context.Context
+	bucket   string
+	versions *versionReader
+	packs    []*sourcePack
+	windows  []*packWindow // most recently used last
+	zdec     *zstd.Decoder
+	hash     hash.Hash
+	plain    []byte
 }
 
 type sourcePack struct {
 	key     string
+	version string // the version written (versionReader), once looked up
+	looked  bool
 	wrapped []byte
 	aead    cipher.AEAD // nil until first used, or for an unencrypted pack
 }
@@ -677,12 +703,12 @@ type chunkDamage struct{ msg string }
 
 func (d *chunkDamage) Error() string { return d.msg }
 
-func (a *Agent) newChunkSource(ctx context.Context, bucket string) (*chunkSource, error) {
+func (a *Agent) newChunkSource(ctx context.Context, bucket string, versions *versionReader) (*chunkSource, error) {
 	zdec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(chunker.MaxSize+1))
 	if err != nil {
 		return nil, err
 	}
-	return &chunkSource{a: a, ctx: ctx, bucket: bucket, zdec: zdec, hash: sha256.New(), plain: make([]byte, 0, chunker.MaxSize)}, nil
+	return &chunkSource{a: a, ctx: ctx, bucket: bucket, versions: versions, zdec: zdec, hash: sha256.New(), plain: make([]byte, 0, chunker.MaxSize)}, nil
 }
 
 func (c *chunkSource) close() { c.zdec.Close() }
@@ -830,7 +856,14 @@ func (c *chunkSource) read(pack int, off int64, n int) ([]byte, error) {
 		}
 	}
 	p := c.packs[pack]
-	opts := minio.GetObjectOptions{}
+	if !p.looked {
+		v, err := c.versions.written(p.key)
+		if err != nil {
+			return nil, err
+		}
+		p.version, p.looked = v, true
+	}
+	opts := minio.GetObjectOptions{VersionID: p.version}
 	if err := opts.SetRange(off, off+int64(max(n, restoreWindow))-1); err != nil {
 		return nil, err
 	}

@@ -94,6 +94,11 @@ type Config struct {
 	Repository string
 	Margin     time.Duration
 	margin     string
+	// RetainFor, when positive, is how long a backup locks what it stores (S3 Object Lock, in
+	// mode LockMode: COMPLIANCE or GOVERNANCE).
+	RetainFor time.Duration
+	LockMode  string
+	retainFor string
 }
 
 // ModeMaintain runs maintenance on a chunked repository (maintain.go). No driver runs it yet: an
@@ -129,6 +134,8 @@ func (c *Config) flags() []stringFlag {
 		{"region", jobv1.ParamEnvName("region"), "", "bucket region (optional)", &c.Region},
 		{"compression-level", jobv1.EnvCompressionLevel, strconv.Itoa(DefaultCompressionLevel), "zstd level of a backup, 1 (fastest) to 22 (smallest); 0 stores the tar uncompressed", &c.compressionLevel},
 		{"format", EnvFormat, FormatTar, "what a backup writes: tar (one object per backup) or chunked (chunks shared by the backups of a repository beside it; needs " + EnvChunkKey + " when it encrypts)", &c.Format},
+		{"retain-for", jobv1.EnvRetainFor, "", "backup: lock what the backup stores for this long after it starts (S3 Object Lock; the bucket must have it enabled)", &c.retainFor},
+		{"object-lock-mode", jobv1.EnvObjectLockMode, "COMPLIANCE", "backup: the lock's mode with --retain-for, COMPLIANCE or GOVERNANCE", &c.LockMode},
 		{"termination-log", "", DefaultTerminationLog, "file receiving the report or the error; empty disables it", &c.TerminationLog},
 	}
 }
@@ -215,6 +222,14 @@ func ParseConfig(args []string, getenv func(string) string) (*Config, error) {
 	c.ChunkKey = getenv(EnvChunkKey)
 	if c.Margin, err = time.ParseDuration(c.margin); err != nil {
 		return c, usageErrorf("--margin %q is not a duration", c.margin)
+	}
+	if c.retainFor != "" {
+		if c.RetainFor, err = time.ParseDuration(c.retainFor); err != nil || c.RetainFor <= 0 {
+			return c, usageErrorf("--retain-for %q is not a positive duration", c.retainFor)
+		}
+	}
+	if c.LockMode != "COMPLIANCE" && c.LockMode != "GOVERNANCE" {
+		return c, usageErrorf("--object-lock-mode %q is not COMPLIANCE or GOVERNANCE", c.LockMode)
 	}
 	if c.Repository == "" && c.RunNamespace != "" {
 		c.Repository = path.Join(c.Prefix, ".coffer", c.RunNamespace)

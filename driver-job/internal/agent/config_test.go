@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
@@ -58,6 +59,9 @@ func TestParseConfig(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}
+			if c.RetainFor != 0 || c.LockMode != "COMPLIANCE" {
+				t.Errorf("no lock asked for, and yet retain-for %s, mode %q", c.RetainFor, c.LockMode)
+			}
 			if c.AccessKeyID != "id" || c.SecretAccessKey != "secret" || c.RunName != "nightly" || c.RunUID != "1a2b3c4d-5e6f" || c.ArtifactSizeBytes != -1 {
 				t.Errorf("credentials, run or size not read: %+v", c)
 			}
@@ -101,6 +105,9 @@ func TestUsageErrors(t *testing.T) {
 		{"no run UID", backup(map[string]string{jobv1.EnvRunUID: ""}), nil, "COFFER_RUN_UID are required"},
 		{"unknown flag", backup(nil), []string{"--frobnicate"}, "flag provided but not defined: -frobnicate"},
 		{"argument", backup(nil), []string{"/data"}, "unexpected arguments"},
+		{"bad retention", backup(map[string]string{jobv1.EnvRetainFor: "a month"}), nil, `--retain-for "a month" is not a positive duration`},
+		{"negative retention", backup(nil), []string{"--retain-for=-1h"}, "is not a positive duration"},
+		{"bad lock mode", backup(map[string]string{jobv1.EnvRetainFor: "24h", jobv1.EnvObjectLockMode: "LEGAL"}), nil, `--object-lock-mode "LEGAL" is not COMPLIANCE or GOVERNANCE`},
 		{"no checksum", restore(map[string]string{jobv1.EnvArtifactChecksum: ""}), nil, "COFFER_ARTIFACT_CHECKSUM"},
 		{"bad checksum", restore(map[string]string{jobv1.EnvArtifactChecksum: "md5:abc"}), nil, "is not sha256:"},
 		{"bad size", restore(map[string]string{jobv1.EnvArtifactSizeBytes: "-1"}), nil, "is not a byte count"},
@@ -172,5 +179,18 @@ func TestEntryName(t *testing.T) {
 		if got, err := entryName(raw); err == nil {
 			t.Errorf("entryName(%q) = %q, want an error", raw, got)
 		}
+	}
+}
+
+// TestParseConfigObjectLock: the driver's lock variables reach the agent's configuration.
+func TestParseConfigObjectLock(t *testing.T) {
+	env := driverEnv()
+	env[jobv1.EnvRetainFor], env[jobv1.EnvObjectLockMode] = "720h0m0s", "GOVERNANCE"
+	c, err := ParseConfig(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RetainFor != 720*time.Hour || c.LockMode != "GOVERNANCE" {
+		t.Errorf("retain-for %s, mode %q; want 720h, GOVERNANCE", c.RetainFor, c.LockMode)
 	}
 }

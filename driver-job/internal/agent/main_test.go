@@ -63,14 +63,19 @@ var (
 	bucketSeq      atomic.Int64 // benchmarks run more than once
 )
 
-// newBucket creates a bucket named after the test.
-func newBucket(tb testing.TB) string {
-	tb.Helper()
+// newBucketName is a new bucket name made of the test's (at most 50 characters of it).
+func newBucketName(tb testing.TB) string {
 	name := strings.Trim(nonBucketChars.ReplaceAllString(strings.ToLower(tb.Name()), "-"), "-")
 	if len(name) > 50 {
 		name = name[:50]
 	}
-	name = fmt.Sprintf("%s-%d-%d", name, os.Getpid()%100000, bucketSeq.Add(1))
+	return fmt.Sprintf("%s-%d-%d", name, os.Getpid()%100000, bucketSeq.Add(1))
+}
+
+// newBucket creates a bucket named after the test.
+func newBucket(tb testing.TB) string {
+	tb.Helper()
+	name := newBucketName(tb)
 	if err := store(tb).S3.MakeBucket(context.Background(), name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
 		tb.Fatalf("creating bucket %s: %v", name, err)
 	}

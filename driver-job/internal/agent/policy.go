@@ -9,9 +9,11 @@ import (
 // backup Job needs, and no more: put new objects below prefix (its artifacts, their records, and
 // the repository's packs and records), list and read the repository's index/ and files/ objects
 // (what a chunked backup reads to skip what is stored already; sealed with the chunk key), abort
-// its own unfinished uploads, and find the bucket's region. It cannot read an artifact or a pack,
-// nor delete anything. It can overwrite an object it can name: only the bucket's versioning with
-// object lock keeps an overwritten object (docs/security.md). repository is the chunked
+// its own unfinished uploads, find the bucket's region and whether it locks, and set object locks (lock.go:
+// s3:PutObjectRetention can lengthen a Compliance lock and cannot shorten a lock of either mode
+// without s3:BypassGovernanceRetention, which it does not have). It cannot read an artifact or a
+// pack, nor delete anything. It can overwrite an object it can name: only the bucket's versioning
+// with object lock keeps an overwritten object (docs/security.md). repository is the chunked
 // repository's prefix (prefix/.coffer/<namespace>); empty for tar backups, which need no reads.
 func BackupPolicy(bucket, prefix, repository string) string {
 	prefix = strings.Trim(prefix, "/")
@@ -28,8 +30,8 @@ func BackupPolicy(bucket, prefix, repository string) string {
 		Condition map[string]map[string][]string `json:"Condition,omitempty"`
 	}
 	statements := []statement{
-		{Effect: "Allow", Action: []string{"s3:GetBucketLocation"}, Resource: []string{"arn:aws:s3:::" + bucket}},
-		{Effect: "Allow", Action: []string{"s3:PutObject", "s3:AbortMultipartUpload"}, Resource: []string{below(prefix)}},
+		{Effect: "Allow", Action: []string{"s3:GetBucketLocation", "s3:GetBucketObjectLockConfiguration"}, Resource: []string{"arn:aws:s3:::" + bucket}},
+		{Effect: "Allow", Action: []string{"s3:PutObject", "s3:PutObjectRetention", "s3:AbortMultipartUpload"}, Resource: []string{below(prefix)}},
 	}
 	if repository = strings.Trim(repository, "/"); repository != "" {
 		statements = append(statements,

@@ -52,9 +52,9 @@ type rangeFetch struct {
 	hashed chan struct{} // closed when the hasher is done with buf
 }
 
-// openRanged starts reading bucket/key, size bytes long, whose ETag is etag ("" for none), with
+// openRanged starts reading bucket/key (its version version, "" for the latest), size bytes long, whose ETag is etag ("" for none), with
 // a.DownloadThreads fetches of a.RangeSize bytes ahead.
-func (a *Agent) openRanged(ctx context.Context, bucket, key, etag string, size int64) *rangedObject {
+func (a *Agent) openRanged(ctx context.Context, bucket, key, version, etag string, size int64) *rangedObject {
 	threads, rangeSize := a.DownloadThreads, a.RangeSize
 	if threads <= 0 {
 		threads = DefaultDownloadThreads
@@ -97,7 +97,7 @@ func (a *Agent) openRanged(ctx context.Context, bucket, key, etag string, size i
 			}
 			go func(off int64) {
 				defer close(f.done)
-				f.err = a.fetchRange(ctx, bucket, key, etag, off, f.buf)
+				f.err = a.fetchRange(ctx, bucket, key, version, etag, off, f.buf)
 			}(off)
 		}
 	}()
@@ -105,8 +105,8 @@ func (a *Agent) openRanged(ctx context.Context, bucket, key, etag string, size i
 }
 
 // fetchRange reads len(buf) bytes of the object from off into buf.
-func (a *Agent) fetchRange(ctx context.Context, bucket, key, etag string, off int64, buf []byte) error {
-	opts := minio.GetObjectOptions{}
+func (a *Agent) fetchRange(ctx context.Context, bucket, key, version, etag string, off int64, buf []byte) error {
+	opts := minio.GetObjectOptions{VersionID: version}
 	if err := opts.SetRange(off, off+int64(len(buf))-1); err != nil {
 		return err
 	}

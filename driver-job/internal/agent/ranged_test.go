@@ -35,7 +35,7 @@ func TestRangedRead(t *testing.T) {
 		for _, threads := range []int{1, 2, 4} {
 			for _, writeTo := range []bool{false, true} {
 				a := &Agent{S3: s3, DownloadThreads: threads, RangeSize: rangeSize}
-				r := a.openRanged(ctx, bucket, "object", info.ETag, int64(size))
+				r := a.openRanged(ctx, bucket, "object", "", info.ETag, int64(size))
 				var got bytes.Buffer
 				var err error
 				if writeTo {
@@ -74,7 +74,7 @@ func TestRangedReadOfAChangedObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := a.openRanged(ctx, bucket, "object", info.ETag, int64(len(old)))
+	r := a.openRanged(ctx, bucket, "object", "", info.ETag, int64(len(old)))
 	first := make([]byte, rangeSize)
 	if _, err := io.ReadFull(r, first); err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestRangedReadOfAChangedObject(t *testing.T) {
 
 	// Closed after its first range: Close returns once the fetches in flight have stopped.
 	a.DownloadThreads = 4
-	r = a.openRanged(ctx, bucket, "object", "", int64(len(replacement)))
+	r = a.openRanged(ctx, bucket, "object", "", "", int64(len(replacement)))
 	if _, err := io.ReadFull(r, first); err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func ParseRecordTemplate(text string) (*backupsv1.ArtifactRecord, error) {
 // writeRecord completes the record template with the artifact the report describes (and the
 // report's metadata, as the driver copies it into the Backup's driverMetadata) and stores it
 // next to the artifact at key. takenAt is when the backup started.
-func (a *Agent) writeRecord(ctx context.Context, bucket, key string, report *jobv1.ArtifactReport, takenAt time.Time) error {
+func (a *Agent) writeRecord(ctx context.Context, bucket, key string, report *jobv1.ArtifactReport, takenAt, lockUntil time.Time) error {
 	r := *a.Record
 	r.Spec = *a.Record.Spec.DeepCopy()
 	r.Spec.TakenAt = metav1.NewTime(takenAt.UTC().Truncate(time.Second))
@@ -45,7 +45,7 @@ func (a *Agent) writeRecord(ctx context.Context, bucket, key string, report *job
 		return fmt.Errorf("the record of %s: %w", report.URI, err)
 	}
 	rkey := RecordKey(key)
-	if err := putRecordHook(ctx, a.S3, bucket, rkey, data); err != nil {
+	if err := putRecordHook(ctx, a.S3, bucket, rkey, data, a.locked(minio.PutObjectOptions{ContentType: "application/json", SendContentMd5: true}, lockUntil)); err != nil {
 		return fmt.Errorf("storing the record of %s at %s: %w", report.URI, ArtifactURI(bucket, rkey), err)
 	}
 	a.logf("stored the record of Backup %s/%s at %s", r.Namespace, r.Name, ArtifactURI(bucket, rkey))
@@ -53,7 +53,7 @@ func (a *Agent) writeRecord(ctx context.Context, bucket, key string, report *job
 }
 
 // putRecordHook stores a record; tests replace it to make the store fail.
-var putRecordHook = func(ctx context.Context, s3 *minio.Client, bucket, key string, data []byte) error {
-	_, err := s3.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{ContentType: "application/json"})
+var putRecordHook = func(ctx context.Context, s3 *minio.Client, bucket, key string, data []byte, opts minio.PutObjectOptions) error {
+	_, err := s3.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)), opts)
 	return err
 }

@@ -104,7 +104,7 @@ func TestBackupRecordFailures(t *testing.T) {
 
 	put := putRecordHook
 	t.Cleanup(func() { putRecordHook = put })
-	putRecordHook = func(context.Context, *minio.Client, string, string, []byte) error {
+	putRecordHook = func(context.Context, *minio.Client, string, string, []byte, minio.PutObjectOptions) error {
 		return errors.New("the store refused")
 	}
 	e[jobv1.EnvRecord] = recordTemplate(t, "tenant-a")

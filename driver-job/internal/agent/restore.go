@@ -27,6 +27,9 @@ type Artifact struct {
 	Checksum string
 	// SizeBytes is the expected size, or -1 when unknown.
 	SizeBytes int64
+	// version is the version read, "" for the latest; versions finds the chunked format's packs'.
+	version  string
+	versions *versionReader
 }
 
 // RestoreStatus is what a restore reports in its termination message; it is informative only.
@@ -72,7 +75,11 @@ func (a *Agent) restore(ctx context.Context, dir string, art Artifact, verify bo
 	if err != nil {
 		return nil, nil, fmt.Errorf("the directory to restore into: %w", err)
 	}
-	stat, err := a.S3.StatObject(ctx, art.Bucket, art.Key, minio.StatObjectOptions{})
+	art.versions = a.versionReader(ctx, art.Bucket)
+	if art.version, err = art.versions.written(art.Key); err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", uri, err)
+	}
+	stat, err := a.S3.StatObject(ctx, art.Bucket, art.Key, minio.StatObjectOptions{VersionID: art.version})
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading %s: %w", uri, err)
 	}
@@ -81,7 +88,7 @@ func (a *Agent) restore(ctx context.Context, dir string, art Artifact, verify bo
 	}
 	head := make([]byte, min(stat.Size, maxPrefix))
 	if len(head) > 0 {
-		if err := a.fetchRange(ctx, art.Bucket, art.Key, stat.ETag, 0, head); err != nil {
+		if err := a.fetchRange(ctx, art.Bucket, art.Key, art.version, stat.ETag, 0, head); err != nil {
 			return nil, nil, fmt.Errorf("reading %s: %w", uri, readError(err))
 		}
 	}
@@ -209,7 +216,7 @@ func (a *Agent) extract(ctx context.Context, art Artifact, etag, data string, st
 	defer root.Close()
 	x := &extractor{root: root, warnf: a.logf, chown: os.Geteuid() == 0, kinds: map[string]kind{}, buf: make([]byte, 256<<10), status: status, readManifest: wantManifest}
 	if status.Format >= chunkedVersion {
-		if x.chunks, err = a.newChunkSource(ctx, art.Bucket); err != nil {
+		if x.chunks, err = a.newChunkSource(ctx, art.Bucket, art.versions); err != nil {
 			return nil, err
 		}
 		defer x.chunks.close()
@@ -305,7 +312,7 @@ const maxWindow = 8 << 20
 // open reads the object, size bytes long, in parallel ranges (ranged.go), each on the condition
 // that the object still has the ETag the restore started with, and hashes it.
 func (a *Agent) open(ctx context.Context, art Artifact, etag string, size int64) *rangedObject {
-	return a.openRanged(ctx, art.Bucket, art.Key, etag, size)
+	return a.openRanged(ctx, art.Bucket, art.Key, art.version, etag, size)
 }
 
 // discard is io.Discard without its ReadFrom, so that io.CopyBuffer reads with the given buffer

@@ -749,7 +749,8 @@ func drain(rec *events.FakeRecorder) []string {
 // holds no key); the agent's metadata lands in the Backup's driverMetadata.
 func TestArtifactOptions(t *testing.T) {
 	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) {
-		s.Artifact = &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](7), Format: jobapi.ArtifactFormatChunked, Encryption: &jobapi.ArtifactEncryption{SecretName: "backup-keys"}}
+		s.Artifact = &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](7), Format: jobapi.ArtifactFormatChunked, Encryption: &jobapi.ArtifactEncryption{SecretName: "backup-keys"},
+			ObjectLock: &jobapi.ArtifactObjectLock{RetainFor: metav1.Duration{Duration: 800 * time.Hour}}}
 		s.CleanupTemplate = ptr.To(agentTemplate())
 		s.Template.Spec.Containers[0].Env = append(s.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: jobapi.EnvAgeRecipients, Value: "age1spoofed"})
 	})
@@ -776,6 +777,8 @@ func TestArtifactOptions(t *testing.T) {
 	require.Equal(t, "chunked", e[jobapi.EnvArtifactFormat])
 	require.Equal(t, &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "backup-keys"}, Key: jobapi.SecretKeyChunkKey, Optional: ptr.To(true)},
 		keyRef(c, jobapi.EnvChunkKey), "a chunked backup gets the chunk key by reference")
+	require.Equal(t, "COMPLIANCE", e[jobapi.EnvObjectLockMode], "Compliance by default")
+	require.Equal(t, "800h0m0s", e[jobapi.EnvRetainFor])
 
 	report := `{"uri":"s3://coffer/` + f.ns + `/a.tar","sizeBytes":4096,"checksum":"` + goodSum + `","metadata":{"format":"2","compression":"zstd-7","uncompressedBytes":"16384","compressionRatio":"4.00","encryption":"age","keyRef":"0123456789abcdef"}}`
 	f.finish(j, 0, report, "")
@@ -797,6 +800,7 @@ func TestArtifactOptions(t *testing.T) {
 	require.NotContains(t, env(rc), jobapi.EnvCompressionLevel)
 	require.NotContains(t, env(rc), jobapi.EnvArtifactFormat, "a restore reads the format from the artifact")
 	require.Nil(t, keyRef(rc, jobapi.EnvChunkKey), "a restore needs no chunk key")
+	require.NotContains(t, env(rc), jobapi.EnvRetainFor, "a restore writes nothing to lock")
 	require.Equal(t, "backup-keys", env(rc)[jobapi.EnvEncryptionSecret])
 }
 
@@ -808,6 +812,9 @@ func TestArtifactOptionsValidation(t *testing.T) {
 		"bad secret":     {Encryption: &jobapi.ArtifactEncryption{SecretName: "Not_A_Name"}},
 		"empty secret":   {Encryption: &jobapi.ArtifactEncryption{}},
 		"unknown format": {Format: "Zip"},
+		"lock of zero":   {ObjectLock: &jobapi.ArtifactObjectLock{}},
+		"lock too long":  {ObjectLock: &jobapi.ArtifactObjectLock{RetainFor: metav1.Duration{Duration: 87601 * time.Hour}}},
+		"lock mode":      {ObjectLock: &jobapi.ArtifactObjectLock{Mode: "Legal", RetainFor: metav1.Duration{Duration: time.Hour}}},
 	} {
 		s := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{GenerateName: "invalid-"},
 			Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &a}}
@@ -815,7 +822,8 @@ func TestArtifactOptionsValidation(t *testing.T) {
 		require.True(t, apierrors.IsInvalid(err), "%s: %v", name, err)
 	}
 	ok := &jobapi.JobBackupStrategy{ObjectMeta: metav1.ObjectMeta{GenerateName: "valid-"},
-		Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](0), Format: jobapi.ArtifactFormatChunked, Encryption: &jobapi.ArtifactEncryption{SecretName: "keys.v2"}}}}
+		Spec: jobapi.JobBackupStrategySpec{Template: agentTemplate(), Artifact: &jobapi.ArtifactOptions{CompressionLevel: ptr.To[int32](0), Format: jobapi.ArtifactFormatChunked, Encryption: &jobapi.ArtifactEncryption{SecretName: "keys.v2"},
+			ObjectLock: &jobapi.ArtifactObjectLock{Mode: jobapi.ObjectLockGovernance, RetainFor: metav1.Duration{Duration: 720 * time.Hour}}}}}
 	require.NoError(t, cl.Create(context.Background(), ok))
 }
 

@@ -209,6 +209,13 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	if chunked {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvArtifactFormat, Value: "chunked"})
 	}
+	if l := a.ObjectLock; l != nil && mode == jobapi.ModeBackup {
+		lockMode := "COMPLIANCE"
+		if l.Mode == jobapi.ObjectLockGovernance {
+			lockMode = "GOVERNANCE"
+		}
+		env = append(env, corev1.EnvVar{Name: jobapi.EnvObjectLockMode, Value: lockMode}, corev1.EnvVar{Name: jobapi.EnvRetainFor, Value: l.RetainFor.Duration.String()})
+	}
 	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore || mode == jobapi.ModeVerify) {
 		name, key := jobapi.EnvAgeRecipients, jobapi.SecretKeyRecipients
 		if mode != jobapi.ModeBackup {
