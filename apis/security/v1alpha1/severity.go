@@ -72,6 +72,9 @@ const (
 	CodeBackupNotReady = "backup-not-ready"
 	// CodeRestoreSucceeded: the Backup's driver restored it into the sandbox.
 	CodeRestoreSucceeded = "restore-succeeded"
+	// CodeObjectUnlocked: the Backup's bucket has object lock, and some of the Backup's objects
+	// are not locked (or no longer): whoever may write to the bucket can delete them (medium).
+	CodeObjectUnlocked = "object-unlocked"
 
 	// CodeSandboxTampered: before the diff, a full-restore's sandbox was found unconfined (either
 	// backend): its zero-pods ResourceQuota or deny-all NetworkPolicy gone or changed, or a Role,

@@ -65,6 +65,8 @@ type PackCheck struct {
 	// Unshown counts the rest.
 	Problems []PackProblem
 	Unshown  int
+	// Unlocked are the listed packs without an object lock in force (lock.go).
+	Unlocked []string
 }
 
 // PackProblem is one problem with a Backup's packs.
@@ -143,7 +145,7 @@ func (s *Store) CheckPacks(ctx context.Context, b *backupsv1.Backup, n int) (*Pa
 			for i := range work {
 				p := l.Packs[i]
 				read := p.SHA256 != "" && (p.Added || Slot(p.Name, n) == c.Slice)
-				prob, n, err := s.checkPack(ctx, bucket, repo+"/packs/"+p.Name, p, read)
+				prob, n, locked, err := s.checkPack(ctx, bucket, repo+"/packs/"+p.Name, p, read)
 				if err != nil {
 					errs <- err
 					return
@@ -151,6 +153,8 @@ func (s *Store) CheckPacks(ctx context.Context, b *backupsv1.Backup, n int) (*Pa
 				mu.Lock()
 				if prob != nil {
 					problems[i] = *prob
+				} else if !locked {
+					c.Unlocked = append(c.Unlocked, "s3://"+bucket+"/"+repo+"/packs/"+p.Name)
 				}
 				if read {
 					c.Read++
@@ -198,33 +202,34 @@ func (c *PackCheck) problem(code, msg string) {
 }
 
 // checkPack looks a pack up, or reads it and hashes it: a problem is a fact about it, an error
-// trouble reading it.
-func (s *Store) checkPack(ctx context.Context, bucket, key string, p jobv1.ListedPack, read bool) (*PackProblem, int64, error) {
+// trouble reading it; locked says whether an object lock holds it.
+func (s *Store) checkPack(ctx context.Context, bucket, key string, p jobv1.ListedPack, read bool) (*PackProblem, int64, bool, error) {
 	uri := "s3://" + bucket + "/" + key
+	missing := &PackProblem{securityv1.CodeArtifactMissing, fmt.Sprintf("pack %s does not exist: the chunks of the Backup it holds are lost", uri)}
 	if !read {
 		info, err := s.client.StatObject(ctx, bucket, key, minio.StatObjectOptions{})
 		switch {
 		case err != nil && errors.Is(s.storeError(err), errObjectMissing):
-			return &PackProblem{securityv1.CodeArtifactMissing, fmt.Sprintf("pack %s does not exist: the chunks of the Backup it holds are lost", uri)}, 0, nil
+			return missing, 0, false, nil
 		case err != nil:
-			return nil, 0, s.storeError(err)
+			return nil, 0, false, s.storeError(err)
 		case info.Size != p.Size:
-			return &PackProblem{securityv1.CodeSizeMismatch, fmt.Sprintf("pack %s holds %d bytes, but the pack list says %d", uri, info.Size, p.Size)}, 0, nil
+			return &PackProblem{securityv1.CodeSizeMismatch, fmt.Sprintf("pack %s holds %d bytes, but the pack list says %d", uri, info.Size, p.Size)}, 0, false, nil
 		}
-		return nil, 0, nil
+		return nil, 0, lockedNow(info), nil
 	}
-	d, err := s.Hash(ctx, bucket, key)
+	d, info, err := s.hash(ctx, bucket, key)
 	switch {
 	case errors.Is(err, errObjectMissing):
-		return &PackProblem{securityv1.CodeArtifactMissing, fmt.Sprintf("pack %s does not exist: the chunks of the Backup it holds are lost", uri)}, 0, nil
+		return missing, 0, false, nil
 	case err != nil:
-		return nil, 0, err
+		return nil, 0, false, err
 	case d.SizeBytes != p.Size:
-		return &PackProblem{securityv1.CodeSizeMismatch, fmt.Sprintf("pack %s holds %d bytes, but the pack list says %d", uri, d.SizeBytes, p.Size)}, d.SizeBytes, nil
+		return &PackProblem{securityv1.CodeSizeMismatch, fmt.Sprintf("pack %s holds %d bytes, but the pack list says %d", uri, d.SizeBytes, p.Size)}, d.SizeBytes, false, nil
 	case d.Checksum() != "sha256:"+p.SHA256:
-		return &PackProblem{securityv1.CodeChecksumMismatch, fmt.Sprintf("pack %s has SHA-256 %s, but the pack list says sha256:%s: the chunks it holds are damaged", uri, d.Checksum(), p.SHA256)}, d.SizeBytes, nil
+		return &PackProblem{securityv1.CodeChecksumMismatch, fmt.Sprintf("pack %s has SHA-256 %s, but the pack list says sha256:%s: the chunks it holds are damaged", uri, d.Checksum(), p.SHA256)}, d.SizeBytes, false, nil
 	}
-	return nil, d.SizeBytes, nil
+	return nil, d.SizeBytes, lockedNow(info), nil
 }
 
 // read reads a whole object of at most max bytes.

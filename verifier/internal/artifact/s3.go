@@ -75,23 +75,29 @@ func (s *Store) Digest(ctx context.Context, _ *securityv1.BackupVerifyRun, b *ba
 
 // Hash streams the object once and returns its size and SHA-256.
 func (s *Store) Hash(ctx context.Context, bucket, key string) (download.Digest, error) {
+	d, _, err := s.hash(ctx, bucket, key)
+	return d, err
+}
+
+// hash is Hash, with what the store says of the object.
+func (s *Store) hash(ctx context.Context, bucket, key string) (download.Digest, minio.ObjectInfo, error) {
 	obj, err := s.client.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		return download.Digest{}, s.storeError(err)
+		return download.Digest{}, minio.ObjectInfo{}, s.storeError(err)
 	}
 	defer obj.Close()
 	// Stat returns the store's answer to the GET: a missing object is known here.
 	info, err := obj.Stat()
 	if err != nil {
-		return download.Digest{}, s.storeError(err)
+		return download.Digest{}, info, s.storeError(err)
 	}
 	// What fails after it is the transfer, counted against the announced size: a transport fault
 	// (download.IsTransport), retried, never a short artifact (size-mismatch) or a finding.
 	d, err := download.Hash(download.Counted(obj, info.Size))
 	if err != nil {
-		return download.Digest{}, fmt.Errorf("reading %s/%s from S3 endpoint %s: %w; check that it is reachable from the verifier", bucket, key, s.Endpoint, err)
+		return download.Digest{}, info, fmt.Errorf("reading %s/%s from S3 endpoint %s: %w; check that it is reachable from the verifier", bucket, key, s.Endpoint, err)
 	}
-	return d, nil
+	return d, info, nil
 }
 
 func (s *Store) storeError(err error) error {

@@ -31,6 +31,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -121,7 +122,37 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 			return out, err
 		}
 	}
-	return compare(out, b, d, missing, packs), nil
+	var locks *artifact.LockCheck
+	if lc, ok := rd.(artifact.LockChecker); ok && missing == "" {
+		if locks, err = lc.CheckLocks(ctx, b, packs); err != nil {
+			return out, err
+		}
+	}
+	out = compare(out, b, d, missing, packs)
+	if locks != nil {
+		lockFindings(&out, b, locks)
+	}
+	return out, nil
+}
+
+// lockFindings reports the objects of a Backup in a bucket with object lock that no lock holds.
+func lockFindings(out *backend.Outcome, b *backupsv1.Backup, l *artifact.LockCheck) {
+	switch {
+	case l.Unknown != "":
+		out.Detail(DetailObjectLock, "unknown: "+l.Unknown)
+	case len(l.Unlocked) > 0:
+		out.Detail(DetailObjectLock, "unlocked")
+		shown := l.Unlocked[:min(len(l.Unlocked), 5)]
+		more := ""
+		if len(l.Unlocked) > len(shown) {
+			more = fmt.Sprintf(" and %d more", len(l.Unlocked)-len(shown))
+		}
+		out.Add(securityv1.CodeObjectUnlocked, securityv1.SeverityMedium, object(client.ObjectKeyFromObject(b)), fmt.Sprintf(
+			"%d of the Backup's %d objects are not locked in bucket %s, which has object lock: %s%s; whoever may write to the bucket can delete them. "+
+				"Set the strategy's artifact.objectLock with a retainFor that covers the Plan's retention", len(l.Unlocked), l.Checked, l.Bucket, strings.Join(shown, ", "), more))
+	default:
+		out.Detail(DetailObjectLock, "locked")
+	}
 }
 
 func chunked(b *backupsv1.Backup) bool {
@@ -200,6 +231,9 @@ const (
 	DetailPackBytesRead = "packBytesRead"
 	// DetailPackSlice is "<slot>/<slices>": which slice of the older packs the run read.
 	DetailPackSlice = "packSlice"
+	// DetailObjectLock is, for a Backup in a bucket with object lock, "locked" (every object it
+	// looked at), "unlocked" (see the object-unlocked finding) or "unknown".
+	DetailObjectLock = "objectLock"
 )
 
 // RestoreJobName is the name of a run's RestoreJob, in the Backup's namespace.

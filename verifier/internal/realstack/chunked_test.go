@@ -1,12 +1,14 @@
 package realstack
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/assert"
@@ -204,4 +206,77 @@ func TestCofferChunkedPacks(t *testing.T) {
 		assert.Contains(t, run.Status.Message, "not s3://"+velerostack.Bucket+"/"+r.prefix+"/.coffer/default beside its artifact")
 		assert.Empty(t, codes(res.Spec.Findings), "no verdict on the Backup's packs: %s", findingsOf(res.Spec.Findings))
 	})
+}
+
+// TestCofferObjectLock: in a bucket with object lock, checksum-only reports the objects of a
+// Backup that no lock holds (medium: the Backup is sound, and deletable); once every object is
+// locked, the Result says so.
+func TestCofferObjectLock(t *testing.T) {
+	ctx := context.Background()
+	name := uniq("lck")
+	bucket := name
+	require.NoError(t, stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1", ObjectLocking: true}))
+	t.Cleanup(func() {
+		for o := range stack.S3.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Recursive: true, WithVersions: true}) {
+			_ = stack.S3.RemoveObject(context.Background(), bucket, o.Key, minio.RemoveObjectOptions{VersionID: o.VersionID, GovernanceBypass: true})
+		}
+		_ = stack.S3.RemoveBucket(context.Background(), bucket)
+	})
+	mode := minio.Governance
+	put := func(key string, data []byte, locked bool) {
+		t.Helper()
+		opts := minio.PutObjectOptions{}
+		if locked {
+			opts.Mode, opts.RetainUntilDate = mode, time.Now().Add(time.Hour).UTC()
+		}
+		_, err := stack.S3.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+		require.NoError(t, err)
+	}
+	repo := "tenant/.coffer/default"
+	var l jobv1.PackList
+	var unlockedPack string
+	for i := range 3 {
+		data := randomBytes(t, 4096+i)
+		var n [16]byte
+		_, _ = rand.Read(n[:])
+		pack := hex.EncodeToString(n[:])
+		put(repo+"/packs/"+pack, data, i != 1)
+		if i == 1 {
+			unlockedPack = pack
+		}
+		sum := sha256.Sum256(data)
+		l.Packs = append(l.Packs, jobv1.ListedPack{Name: pack, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:]), Added: true})
+	}
+	list, err := l.Marshal()
+	require.NoError(t, err)
+	put(repo+"/packlists/"+name, list, true)
+	index := randomBytes(t, 2048)
+	put("tenant/"+name+".tar", index, true)
+	indexSum, listSum := sha256.Sum256(index), sha256.Sum256(list)
+	b := cofferBackup(t, name, jobDriverGroup, map[string]string{
+		artifact.MetaFormat: artifact.ChunkedFormat, artifact.MetaRepository: "s3://" + bucket + "/" + repo,
+		artifact.MetaPackList: "sha256:" + hex.EncodeToString(listSum[:]),
+	}, backupsv1.BackupReady, &backupsv1.BackupArtifact{URI: "s3://" + bucket + "/tenant/" + name + ".tar", SizeBytes: int64(len(index)), Checksum: "sha256:" + hex.EncodeToString(indexSum[:])})
+
+	check := func(run string) *securityv1.BackupVerifyResult {
+		t.Helper()
+		h := cofferHarness(t)
+		vr := cofferRun(t, run, b.Name, string(b.UID))
+		h.finish(vr)
+		require.Equal(t, securityv1.RunSucceeded, vr.Status.Phase, vr.Status.Message)
+		return result(t, vr)
+	}
+	res := check(name + "-one-unlocked")
+	require.Equal(t, []string{securityv1.CodeObjectUnlocked, securityv1.CodeChecksumMatch}, codes(res.Spec.Findings), "worst first\n%s", findingsOf(res.Spec.Findings))
+	unlocked := res.Spec.Findings[0]
+	assert.Equal(t, securityv1.SeverityMedium, unlocked.Severity)
+	assert.Contains(t, unlocked.Message, "1 of the Backup's 5 objects are not locked in bucket "+bucket)
+	assert.Contains(t, unlocked.Message, "s3://"+bucket+"/"+repo+"/packs/"+unlockedPack)
+	assert.Equal(t, "unlocked", res.Spec.Details[coffercheck.DetailObjectLock])
+
+	until := time.Now().Add(time.Hour).UTC()
+	require.NoError(t, stack.S3.PutObjectRetention(ctx, bucket, repo+"/packs/"+unlockedPack, minio.PutObjectRetentionOptions{Mode: &mode, RetainUntilDate: &until}))
+	res = check(name + "-all-locked")
+	require.Equal(t, []string{securityv1.CodeChecksumMatch}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+	assert.Equal(t, "locked", res.Spec.Details[coffercheck.DetailObjectLock])
 }
