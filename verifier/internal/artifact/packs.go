@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/minio/minio-go/v7"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -83,20 +84,23 @@ func Slot(name string, slices int) int {
 	return int(binary.BigEndian.Uint64(b) % uint64(slices))
 }
 
-// Repository is the repository a chunked Backup's packs must be in: beside its artifact, in its
-// namespace's directory (driver-job's layout). A Backup that records another (its driverMetadata
-// comes from a pod in the tenant's namespace) is not read: the verifier reads no key a tenant
-// chose outside the artifact's own prefix.
+// Repository is the repository a chunked Backup's packs must be in: beside its artifact, in a
+// namespace's directory (driver-job's layout: <prefix>/.coffer/<namespace>; an imported Backup may
+// live in another namespace than the one that made it). A Backup that records another (its
+// driverMetadata comes from a pod in the tenant's namespace) is not read: the verifier reads no
+// key a tenant chose outside the artifact's own prefix.
 func Repository(b *backupsv1.Backup) (bucket, repo string, err error) {
 	bucket, key, err := backupsv1.ParseS3URI(b.Status.Artifact.URI)
 	if err != nil {
 		return "", "", err
 	}
-	want := path.Join(path.Dir(key), ".coffer", b.Namespace)
-	if got := b.Spec.DriverMetadata[MetaRepository]; got != "s3://"+bucket+"/"+want {
-		return "", "", fmt.Errorf("the Backup records the repository %q, not s3://%s/%s beside its artifact: its packs are not read", got, bucket, want)
+	got := b.Spec.DriverMetadata[MetaRepository]
+	beside := path.Join(path.Dir(key), ".coffer")
+	repo, ok := strings.CutPrefix(got, "s3://"+bucket+"/"+beside+"/")
+	if !ok || len(validation.IsDNS1123Label(repo)) > 0 {
+		return "", "", fmt.Errorf("the Backup records the repository %q, not s3://%s/%s/<namespace> beside its artifact: its packs are not read", got, bucket, beside)
 	}
-	return bucket, want, nil
+	return bucket, beside + "/" + repo, nil
 }
 
 // CheckPacks checks the packs of chunked Backup b (see above). An error is trouble reading them

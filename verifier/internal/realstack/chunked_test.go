@@ -203,7 +203,7 @@ func TestCofferChunkedPacks(t *testing.T) {
 		}, backupsv1.BackupReady, b.Status.Artifact)
 		run, res := check(t, other, name+"-elsewhere")
 		assert.Equal(t, securityv1.RunFailed, run.Status.Phase)
-		assert.Contains(t, run.Status.Message, "not s3://"+velerostack.Bucket+"/"+r.prefix+"/.coffer/default beside its artifact")
+		assert.Contains(t, run.Status.Message, "not s3://"+velerostack.Bucket+"/"+r.prefix+"/.coffer/<namespace> beside its artifact")
 		assert.Empty(t, codes(res.Spec.Findings), "no verdict on the Backup's packs: %s", findingsOf(res.Spec.Findings))
 	})
 }
