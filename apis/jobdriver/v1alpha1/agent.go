@@ -95,6 +95,10 @@ const (
 	// reports a CheckReport. An agent that cannot tell (the store does not answer, access denied)
 	// exits non-zero: the check is inconclusive and changes nothing.
 	ModeCheck = "check"
+	// ModeMaintain deletes the packs of a Chunked repository that no Backup needs any more: after
+	// a Chunked Backup's cleanup, the driver runs the strategy's cleanupTemplate in this mode in
+	// the Backup's namespace (at most one at a time per namespace), with the chunk key.
+	ModeMaintain = "maintain"
 	// ModeVerify restores a Backup's artifact into a scratch directory (never the application's
 	// volume) and compares every restored file with the manifest the backup stored inside the
 	// artifact: path, size and SHA-256. The driver runs the strategy's verifyTemplate in this mode

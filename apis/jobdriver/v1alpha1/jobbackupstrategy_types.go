@@ -30,7 +30,10 @@ type JobBackupStrategySpec struct {
 	RestoreTemplate *corev1.PodTemplateSpec `json:"restoreTemplate,omitempty"`
 
 	// cleanupTemplate is the pod template of the Job run when a Backup is deleted, to delete its
-	// artifact. Unset means the artifact stays when its Backup is deleted.
+	// artifact (.Mode "cleanup"). The driver also runs it to check that artifacts still exist
+	// (.Mode "check") and, for the Chunked format, to maintain the namespace's repository after a
+	// Backup's deletion (.Mode "maintain"). Unset means the artifact stays when its Backup is
+	// deleted.
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless

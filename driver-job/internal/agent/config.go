@@ -101,9 +101,9 @@ type Config struct {
 	retainFor string
 }
 
-// ModeMaintain runs maintenance on a chunked repository (maintain.go). No driver runs it yet: an
-// operator runs it with the repository's full credentials (docs/driver-job.md).
-const ModeMaintain = "maintain"
+// ModeMaintain runs maintenance on a chunked repository (maintain.go): the driver runs it after a
+// chunked Backup's cleanup, and an operator may run it by hand (docs/driver-job.md).
+const ModeMaintain = jobv1.ModeMaintain
 
 // UsageError is a configuration error; the agent exits with code 2 on it.
 type UsageError struct{ Err error }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
+	"github.com/minio/minio-go/v7"
+
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
@@ -29,26 +32,15 @@ func BenchmarkIncremental(b *testing.B) {
 	}
 	ApplyMemoryLimit(os.Getenv) // as coffer-agent's main does
 	ctx := context.Background()
-	recipients, keyRef, ids := benchKeys(b)
+	keys := benchKeysOf(b)
 	for _, tool := range []string{"coffer-chunked", "coffer-tar", "restic", "kopia"} {
 		b.Run(tool, func(b *testing.B) {
 			var full, changed, unchanged, restore time.Duration
 			var stored, peak int64
 			for i := range b.N {
 				b.StopTimer()
-				tree := benchTree(b, "random")
-				bucket := newBucket(b)
-				e := env(b, jobv1.ModeBackup, bucket, tree)
-				client, err := NewClient(e[jobv1.ParamEnvName("endpoint")], "", e[EnvAccessKeyID], e[EnvSecretAccessKey])
-				if err != nil {
-					b.Fatal(err)
-				}
-				a := &Agent{S3: client, Log: devNull{}, CompressionLevel: DefaultCompressionLevel, Recipients: recipients, KeyRef: keyRef, Identities: ids,
-					Chunked: tool == "coffer-chunked", ChunkKey: testChunkKey}
-				p := &peer{bin: bin, tool: tool, bucket: bucket, host: store(b).S3Endpoint, id: e[EnvAccessKeyID], secret: e[EnvSecretAccessKey], work: b.TempDir()}
-				if tool == "restic" || tool == "kopia" {
-					p.init(b, i)
-				}
+				tree, bucket, client, a, p := incrementalSetup(b, bin, tool, i, keys)
+				var err error
 				var last *jobv1.ArtifactReport
 				resetPeakRSS()
 				backup := func(n int) time.Duration {
@@ -75,28 +67,9 @@ func BenchmarkIncremental(b *testing.B) {
 				unchanged += backup(2)
 				stored += bucketBytes(b, client, bucket)
 
-				target := b.TempDir()
-				p.dropCache(b)
-				b.StartTimer()
-				start := time.Now()
-				if tool == "coffer-chunked" || tool == "coffer-tar" {
-					bkt, key := keyOf(b, last)
-					if _, err := a.Restore(ctx, target, Artifact{Bucket: bkt, Key: key, Checksum: last.Checksum, SizeBytes: last.SizeBytes}); err != nil {
-						b.Fatal(err)
-					}
-				} else {
-					peak = max(peak, p.restore(b, tree, target))
-				}
-				restore += time.Since(start)
-				b.StopTimer()
-				if tool == "coffer-chunked" || tool == "coffer-tar" {
-					if rss, ok := peakRSS(); ok {
-						peak = max(peak, rss)
-					}
-				}
-				if err := compareTrees(tree, p.restored(tree, target)); err != nil {
-					b.Fatal(err)
-				}
+				d, rss := restoreLast(b, a, p, tree, last)
+				restore += d
+				peak = max(peak, rss)
 			}
 			n := float64(b.N)
 			b.ReportMetric(full.Seconds()/n, "full-s")
@@ -190,4 +163,126 @@ func envCount(b *testing.B, name string, def int) int {
 		}
 	}
 	return n
+}
+
+// benchKeys are the age keys of the benchmarks' encrypted backups.
+type benchKeySet struct {
+	recipients []age.Recipient
+	keyRef     string
+	ids        *Identities
+}
+
+func benchKeysOf(b *testing.B) benchKeySet {
+	r, k, ids := benchKeys(b)
+	return benchKeySet{r, k, ids}
+}
+
+// incrementalSetup makes run i of tool: a fresh tree and bucket, the agent (chunked or tar,
+// encrypted) and the peer (its repository created for restic and kopia).
+func incrementalSetup(b *testing.B, bin, tool string, i int, keys benchKeySet) (string, string, *minio.Client, *Agent, *peer) {
+	tree := benchTree(b, "random")
+	bucket := newBucket(b)
+	e := env(b, jobv1.ModeBackup, bucket, tree)
+	client, err := NewClient(e[jobv1.ParamEnvName("endpoint")], "", e[EnvAccessKeyID], e[EnvSecretAccessKey])
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &Agent{S3: client, Log: devNull{}, CompressionLevel: DefaultCompressionLevel, Recipients: keys.recipients, KeyRef: keys.keyRef, Identities: keys.ids,
+		Chunked: tool == "coffer-chunked", ChunkKey: testChunkKey}
+	p := &peer{bin: bin, tool: tool, bucket: bucket, host: store(b).S3Endpoint, id: e[EnvAccessKeyID], secret: e[EnvSecretAccessKey], work: b.TempDir()}
+	if tool == "restic" || tool == "kopia" {
+		p.init(b, i)
+	}
+	return tree, bucket, client, a, p
+}
+
+// restoreLast restores the last backup (the agent's report last, or the peer's latest snapshot)
+// with the peers' caches emptied, checks it against tree, and returns how long it took and the
+// peak RSS seen (the peer's, or the benchmark process's for the agent).
+func restoreLast(b *testing.B, a *Agent, p *peer, tree string, last *jobv1.ArtifactReport) (time.Duration, int64) {
+	target := b.TempDir()
+	p.dropCache(b)
+	var peak int64
+	b.StartTimer()
+	start := time.Now()
+	if last != nil {
+		bkt, key := keyOf(b, last)
+		if _, err := a.Restore(context.Background(), target, Artifact{Bucket: bkt, Key: key, Checksum: last.Checksum, SizeBytes: last.SizeBytes}); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		peak = p.restore(b, tree, target)
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	if last != nil {
+		if rss, ok := peakRSS(); ok {
+			peak = rss
+		}
+	}
+	if err := compareTrees(tree, p.restored(tree, target)); err != nil {
+		b.Fatal(err)
+	}
+	return d, peak
+}
+
+// BenchmarkDailies is a month of nightly backups side by side: the tree of BenchmarkIncremental
+// (256 MiB, 256 files) backed up COFFER_BENCH_DAILIES times (30 by default), 1 % of its bytes
+// rewritten before each backup after the first (3 files of 1 MiB, a different 3 each night), then
+// the last backup restored (caches emptied). Reported: the mean nightly backup's seconds, the
+// restore's, and the bytes stored after all of them (what a month of dailies costs with no
+// retention). The tar format is left out: it stores a full copy a night (BenchmarkIncremental).
+func BenchmarkDailies(b *testing.B) {
+	bin := os.Getenv(EnvPeersBin)
+	if bin == "" {
+		b.Skipf("%s is not set: COFFER_PEERS_BIN=$(hack/testbin.sh --peers)", EnvPeersBin)
+	}
+	ApplyMemoryLimit(os.Getenv)
+	ctx := context.Background()
+	keys := benchKeysOf(b)
+	days := envCount(b, "COFFER_BENCH_DAILIES", 30)
+	for _, tool := range []string{"coffer-chunked", "restic", "kopia"} {
+		b.Run(tool, func(b *testing.B) {
+			var nightly, restore time.Duration
+			var stored, peak int64
+			for i := range b.N {
+				b.StopTimer()
+				tree, bucket, client, a, p := incrementalSetup(b, bin, tool, i, keys)
+				rng := rand.New(rand.NewPCG(uint64(i), 30))
+				var last *jobv1.ArtifactReport
+				for day := range days {
+					if day > 0 {
+						for k := range 3 {
+							f := (day*3 + k) % 256
+							writeRandom(b, filepath.Join(tree, fmt.Sprintf("dir-%02d", f/32), fmt.Sprintf("file-%03d", f%32)), 1<<20, rng)
+						}
+					}
+					time.Sleep(1100 * time.Millisecond) // settled files, outside the timing
+					b.StartTimer()
+					start := time.Now()
+					if tool == "coffer-chunked" {
+						var err error
+						if last, err = a.Backup(ctx, tree, bucket, fmt.Sprintf("ns/day-%02d.tar", day)); err != nil {
+							b.Fatal(err)
+						}
+					} else {
+						peak = max(peak, p.backup(b, tree))
+					}
+					if day > 0 {
+						nightly += time.Since(start)
+					}
+					b.StopTimer()
+				}
+				stored += bucketBytes(b, client, bucket)
+				d, rss := restoreLast(b, a, p, tree, last)
+				restore += d
+				peak = max(peak, rss)
+			}
+			n := float64(b.N)
+			b.ReportMetric(nightly.Seconds()/n/float64(max(days-1, 1)), "nightly-s")
+			b.ReportMetric(restore.Seconds()/n, "restore-last-s")
+			b.ReportMetric(float64(stored)/n/1e6, "stored-MB")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MiB")
+		})
+	}
 }

@@ -49,6 +49,7 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 	if !out.Succeeded {
 		return driverkit.DeleteOutcome{}, driverkit.Failf(ReasonCleanupFailed, "cleanup Job %s failed: %s", j.Name, out.Message)
 	}
+	d.maintainAfter(ctx, b)
 	return driverkit.DeleteOutcome{Done: true, Message: fmt.Sprintf("Job %s deleted the artifact %s", j.Name, artifactURI(b))}, nil
 }
 

@@ -205,8 +205,8 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	if mode == jobapi.ModeBackup && a.CompressionLevel != nil {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvCompressionLevel, Value: strconv.Itoa(int(*a.CompressionLevel))})
 	}
-	chunked := mode == jobapi.ModeBackup && a.Format == jobapi.ArtifactFormatChunked
-	if chunked {
+	chunked := a.Format == jobapi.ArtifactFormatChunked && (mode == jobapi.ModeBackup || mode == jobapi.ModeMaintain)
+	if chunked && mode == jobapi.ModeBackup {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvArtifactFormat, Value: "chunked"})
 	}
 	if l := a.ObjectLock; l != nil && mode == jobapi.ModeBackup {
@@ -216,16 +216,17 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 		}
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvObjectLockMode, Value: lockMode}, corev1.EnvVar{Name: jobapi.EnvRetainFor, Value: l.RetainFor.Duration.String()})
 	}
-	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore || mode == jobapi.ModeVerify) {
-		name, key := jobapi.EnvAgeRecipients, jobapi.SecretKeyRecipients
-		if mode != jobapi.ModeBackup {
-			name, key = jobapi.EnvAgeIdentities, jobapi.SecretKeyIdentities
-		}
-		env = append(env,
-			corev1.EnvVar{Name: jobapi.EnvEncryptionSecret, Value: e.SecretName},
-			corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore || mode == jobapi.ModeVerify || mode == jobapi.ModeMaintain) {
+		env = append(env, corev1.EnvVar{Name: jobapi.EnvEncryptionSecret, Value: e.SecretName})
+		if mode != jobapi.ModeMaintain { // maintenance opens no pack: the chunk key only
+			name, key := jobapi.EnvAgeRecipients, jobapi.SecretKeyRecipients
+			if mode != jobapi.ModeBackup {
+				name, key = jobapi.EnvAgeIdentities, jobapi.SecretKeyIdentities
+			}
+			env = append(env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: e.SecretName}, Key: key, Optional: ptr.To(true),
 			}}})
+		}
 		if chunked {
 			env = append(env, corev1.EnvVar{Name: jobapi.EnvChunkKey, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: e.SecretName}, Key: jobapi.SecretKeyChunkKey, Optional: ptr.To(true),

@@ -42,13 +42,15 @@ const (
 	KindRestoreJob  = "RestoreJob"
 	KindBackup      = "Backup"
 	KindBackupCheck = "BackupCheck"
+	// KindMaintenance is the maintenance Job a chunked Backup's cleanup starts in its namespace.
+	KindMaintenance = "Maintenance"
 )
 
 // Job is the name of the batch/v1 Job that serves an object: deterministic, bounded, and distinct
 // per kind and per object incarnation (the UID), so a recreated BackupJob of the same name never
 // meets its predecessor's Job.
 func Job(kind, name string, uid types.UID) string {
-	prefix := map[string]string{KindBackupJob: "backup", KindRestoreJob: "restore", KindBackup: "cleanup", KindBackupCheck: "check"}[kind]
+	prefix := map[string]string{KindBackupJob: "backup", KindRestoreJob: "restore", KindBackup: "cleanup", KindBackupCheck: "check", KindMaintenance: "maintain"}[kind]
 	u := string(uid)
 	if len(u) > 8 {
 		u = u[:8]
