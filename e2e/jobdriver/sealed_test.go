@@ -5,6 +5,7 @@ package jobdriver
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,14 +18,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"filippo.io/age"
 	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -213,6 +217,40 @@ func (e *env) sealed(t *testing.T) {
 	rj = restore("tar-after-chunks", b)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	require.Equal(t, original, tree(t, dir), "a tar Backup still restores")
+
+	// Deleting a chunked Backup runs its cleanup, then the maintenance of the namespace's
+	// repository: a real agent, in mode maintain, with the chunk key from the Secret.
+	require.NoError(t, e.cl.Delete(ctx, c1))
+	var done *batchv1.Job
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		jobs := &batchv1.JobList{}
+		if err := e.cl.List(ctx, jobs, client.InNamespace(ns), client.MatchingLabels{"jobdriver.backups.cozystack.io/run-kind": "Maintenance"}); err != nil {
+			return false, err
+		}
+		for i, j := range jobs.Items {
+			for _, c := range j.Status.Conditions {
+				if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+					done = &jobs.Items[i]
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	require.NoError(t, err, "a maintenance Job ran after the cleanup\n%s", e.driver.Tail())
+	require.Equal(t, int32(1), done.Status.Succeeded, "the maintenance Job succeeded: %+v", done.Status)
+	assert.True(t, restoreStill(t, e, c2), "the remaining chunked Backup is intact")
+}
+
+// restoreStill reports whether every pack Backup b's pack list names still exists.
+func restoreStill(t *testing.T, e *env, b *backupsv1.Backup) bool {
+	repo := strings.TrimPrefix(b.Spec.DriverMetadata[jobapi.MetadataPrefix+"repository"], "s3://"+bucket+"/")
+	for _, p := range packList(t, e, repo, b).Packs {
+		if _, err := e.s3.S3.StatObject(e.ctx, bucket, repo+"/packs/"+p.Name, minio.StatObjectOptions{}); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // packList reads Backup b's pack list from the repository and checks it against the digest b

@@ -63,6 +63,9 @@ const (
 	// strategy's artifact.objectLock (backup only).
 	EnvObjectLockMode = "COFFER_OBJECT_LOCK_MODE"
 	EnvRetainFor      = "COFFER_RETAIN_FOR"
+	// EnvRepository is the key prefix of the Chunked repository a maintenance Job maintains: the
+	// deleted Backup's, beside its artifact (<prefix>/.coffer/<namespace>).
+	EnvRepository = "COFFER_REPOSITORY"
 	// EnvRecord holds the record (backups/v1alpha1 ArtifactRecord, JSON) of the Backup a backup
 	// Job makes, without its artifact (backup only). A backup process completes it with the
 	// artifact it reports and stores it next to the artifact, at the artifact's key plus

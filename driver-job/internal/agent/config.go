@@ -125,7 +125,7 @@ type stringFlag struct {
 func (c *Config) flags() []stringFlag {
 	return []stringFlag{
 		{"mode", jobv1.EnvMode, "", "backup, restore, verify, cleanup, check, or maintain (a chunked repository)", &c.Mode},
-		{"repository", "", "", "maintain: the chunked repository's prefix; by default <prefix>/.coffer/<" + jobv1.EnvRunNamespace + ">", &c.Repository},
+		{"repository", jobv1.EnvRepository, "", "maintain: the chunked repository's prefix; by default <prefix>/.coffer/<" + jobv1.EnvRunNamespace + ">", &c.Repository},
 		{"margin", "", DefaultMaintenanceMargin.String(), "maintain: the longest a backup runs; one that started longer ago and did not finish is taken for dead", &c.margin},
 		{"dir", EnvDataDir, DefaultDir, "directory backed up, or restored into", &c.Dir},
 		{"endpoint", jobv1.ParamEnvName("endpoint"), "", "S3 endpoint: http://host:port, https://host[:port], or host[:port] for HTTPS", &c.Endpoint},

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"path"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,10 +22,10 @@ import (
 
 // Maintenance of Chunked repositories (coffer-agent --mode maintain: docs/artifact-format.md).
 // Deleting a chunked Backup deletes its index; the packs no Backup names any more go at the
-// second maintenance run after that. So once the cleanup of a Backup of a Chunked strategy has
+// second maintenance run after that. So once the cleanup of a chunked Backup (format 4) has
 // succeeded, the driver starts a maintenance Job in the Backup's namespace: the strategy's
 // cleanupTemplate (which reaches the store with the rights to delete) in mode maintain, with the
-// chunk key. At most one runs per namespace: a cleanup that finds one running starts none (the
+// chunk key and the Backup's repository. At most one runs per namespace: a cleanup that finds one running starts none (the
 // next deletion will). A finished maintenance Job found then is reported (an event on the
 // strategy, the agent's report or its error) and deleted. Maintenance never holds a Backup's
 // deletion: trouble starting it is logged and tried again at the next deletion.
@@ -34,7 +35,29 @@ const (
 	ReasonMaintenanceStarted   = "MaintenanceStarted"
 	ReasonMaintenanceSucceeded = "MaintenanceSucceeded"
 	ReasonMaintenanceFailed    = "MaintenanceFailed"
+	// ReasonMaintenanceRefused: a deleted Backup names a repository outside its own directory.
+	ReasonMaintenanceRefused = "MaintenanceRefused"
 )
+
+// repositoryOf is the key prefix of chunked Backup b's repository, "" for a Backup of another
+// format. The agent's report names it (driverMetadata artifact.repository); it is maintained only
+// where the agent puts it, beside the artifact in the namespace's directory: a report written in
+// the tenant's pod must not send a Job with the cleanup credentials to another namespace's keys.
+func repositoryOf(b *backupsv1.Backup) (string, error) {
+	md := b.Spec.DriverMetadata
+	if md[jobapi.MetadataPrefix+"format"] != "4" || b.Status.Artifact == nil {
+		return "", nil
+	}
+	bucket, key, err := backupsv1.ParseS3URI(b.Status.Artifact.URI)
+	if err != nil {
+		return "", nil
+	}
+	want := path.Join(path.Dir(key), ".coffer", b.Namespace)
+	if got := md[jobapi.MetadataPrefix+"repository"]; got != "s3://"+bucket+"/"+want {
+		return "", fmt.Errorf("Backup %s records the repository %q, not s3://%s/%s beside its artifact: it is not maintained", b.Name, got, bucket, want)
+	}
+	return want, nil
+}
 
 // maintainAfter starts the maintenance of b's repository after b's cleanup (see above).
 func (d *Driver) maintainAfter(ctx context.Context, b *backupsv1.Backup) {
@@ -48,9 +71,6 @@ func (d *Driver) startMaintenance(ctx context.Context, b *backupsv1.Backup) erro
 	strat, err := driverkit.GetStrategy(ctx, d.Client, b.Spec.StrategyRef, &jobapi.JobBackupStrategy{})
 	if err != nil {
 		return err
-	}
-	if a := strat.Spec.Artifact; a == nil || a.Format != jobapi.ArtifactFormatChunked || strat.Spec.CleanupTemplate == nil {
-		return nil
 	}
 	list := &batchv1.JobList{}
 	if err := d.Client.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels{names.LabelRunKind: names.KindMaintenance}); err != nil {
@@ -77,6 +97,14 @@ func (d *Driver) startMaintenance(ctx context.Context, b *backupsv1.Backup) erro
 			return err
 		}
 	}
+	repo, err := repositoryOf(b)
+	if err != nil {
+		d.Recorder.Eventf(strat, nil, corev1.EventTypeWarning, ReasonMaintenanceRefused, "Maintain", "%v", err)
+		return nil
+	}
+	if repo == "" || strat.Spec.CleanupTemplate == nil {
+		return nil
+	}
 	jr := jobs.Run{Object: b, Kind: names.KindMaintenance}
 	params := jobs.Parameters(b)
 	backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
@@ -90,6 +118,7 @@ func (d *Driver) startMaintenance(ctx context.Context, b *backupsv1.Backup) erro
 		return err
 	}
 	env := append(jobs.Env(jobapi.ModeMaintain, jr, b.Spec.ApplicationRef, params), jobs.FormatEnv(strat, jobapi.ModeMaintain)...)
+	env = append(env, corev1.EnvVar{Name: jobapi.EnvRepository, Value: repo})
 	j, err := jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, strat, pod, env)
 	if err != nil {
 		return fmt.Errorf("creating the maintenance Job: %w", err)

@@ -18,8 +18,15 @@ import (
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
 )
 
-// backups runs n backups to their Backups through the reconciler.
-func (f *fixture) backups(n int) []*backupsv1.Backup {
+// chunkedReport is the report of a chunked backup to key: format 4, its repository beside it.
+func chunkedReport(ns string) func(key string) string {
+	return func(key string) string {
+		return `{"uri":"s3://coffer/` + key + `","sizeBytes":4096,"checksum":"` + goodSum + `","metadata":{"format":"4","repository":"s3://coffer/` + ns + `/.coffer/` + ns + `"}}`
+	}
+}
+
+// backups runs n backups to their Backups through the reconciler, each reporting report(key).
+func (f *fixture) backups(n int, report func(key string) string) []*backupsv1.Backup {
 	f.t.Helper()
 	var out []*backupsv1.Backup
 	for i := range n {
@@ -32,7 +39,7 @@ func (f *fixture) backups(n int) []*backupsv1.Backup {
 			}
 		}
 		require.NotNil(f.t, j, "the Job of backup %d", i)
-		f.finish(j, 0, goodReport(f.ns+"/"+bj.Name+".tar"), "")
+		f.finish(j, 0, report(f.ns+"/"+bj.Name+".tar"), "")
 		reconcileOnce(f.t, f.backupReconciler(cl), bj)
 		out = append(out, get(f.t, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: f.ns}}))
 	}
@@ -65,7 +72,7 @@ func TestChunkedDeletionStartsMaintenance(t *testing.T) {
 		s.CleanupTemplate = ptr.To(agentTemplate("--mode={{ .Mode }}"))
 		s.Artifact = &jobapi.ArtifactOptions{Format: jobapi.ArtifactFormatChunked, Encryption: &jobapi.ArtifactEncryption{SecretName: "backup-keys"}}
 	})
-	bs := f.backups(3)
+	bs := f.backups(3, chunkedReport(f.ns))
 	drain(f.rec)
 
 	f.deleteThroughCleanup(bs[0])
@@ -77,7 +84,7 @@ func TestChunkedDeletionStartsMaintenance(t *testing.T) {
 	require.Equal(t, []string{"--mode=" + jobapi.ModeMaintain}, c.Args)
 	e := env(c)
 	require.Equal(t, jobapi.ModeMaintain, e[jobapi.EnvMode])
-	require.Equal(t, f.ns, e[jobapi.EnvRunNamespace], "the repository is the namespace's")
+	require.Equal(t, f.ns+"/.coffer/"+f.ns, e[jobapi.EnvRepository], "the deleted Backup's repository")
 	var chunkKey *corev1.SecretKeySelector
 	for _, v := range c.Env {
 		switch v.Name {
@@ -105,11 +112,25 @@ func TestChunkedDeletionStartsMaintenance(t *testing.T) {
 		m := f.jobsOf(names.KindMaintenance)
 		return len(m) == 1 && m[0].UID != first.UID
 	}, 30*time.Second, 100*time.Millisecond, "the failed maintenance Job is deleted and a new one started")
+
+	// A Backup whose report names another namespace's repository (the report is written in the
+	// tenant's pod) starts no maintenance there.
+	second := f.jobsOf(names.KindMaintenance)[0]
+	f.finish(&second, 0, `{"repository":"x","deleted":0}`, "")
+	b := f.backups(1, func(key string) string {
+		return strings.Replace(chunkedReport(f.ns)(key), `"s3://coffer/`+f.ns+`/.coffer/`+f.ns+`"`, `"s3://coffer/kube-system/.coffer/kube-system"`, 1)
+	})[0]
+	drain(f.rec)
+	f.deleteThroughCleanup(b)
+	evs = strings.Join(drain(f.rec), "\n")
+	require.Contains(t, evs, "Warning MaintenanceRefused")
+	require.Contains(t, evs, "not s3://coffer/"+f.ns+"/.coffer/"+f.ns+" beside its artifact")
+	require.Empty(t, f.jobsOf(names.KindMaintenance), "the finished one is gone, and none was started")
 }
 
 // A Tar strategy's deletions start no maintenance.
 func TestTarDeletionStartsNoMaintenance(t *testing.T) {
 	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) { s.CleanupTemplate = ptr.To(agentTemplate("--mode={{ .Mode }}")) })
-	f.deleteThroughCleanup(f.backups(1)[0])
+	f.deleteThroughCleanup(f.backups(1, goodReport)[0])
 	require.Empty(t, f.jobsOf(names.KindMaintenance))
 }

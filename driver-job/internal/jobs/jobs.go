@@ -205,7 +205,8 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	if mode == jobapi.ModeBackup && a.CompressionLevel != nil {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvCompressionLevel, Value: strconv.Itoa(int(*a.CompressionLevel))})
 	}
-	chunked := a.Format == jobapi.ArtifactFormatChunked && (mode == jobapi.ModeBackup || mode == jobapi.ModeMaintain)
+	// Maintenance may follow a Backup made before the strategy left the Chunked format.
+	chunked := a.Format == jobapi.ArtifactFormatChunked && mode == jobapi.ModeBackup || mode == jobapi.ModeMaintain
 	if chunked && mode == jobapi.ModeBackup {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvArtifactFormat, Value: "chunked"})
 	}
