@@ -31,6 +31,12 @@ import (
 // names it, and saves it) and no backup that started before it was condemned may still be running.
 // Every time is the store's (objects' LastModified), so clocks of pods do not matter.
 
+// indexHead is what maintenance reads of an index/ object (runIndex): gob skips the rest.
+type indexHead struct {
+	Artifact string
+	Packs    []struct{ Key string }
+}
+
 // MaintenanceReport is what a maintenance run did.
 type MaintenanceReport struct {
 	Repository   string `json:"repository"`
@@ -81,15 +87,21 @@ type maintenance struct {
 	report *MaintenanceReport
 }
 
-// listed is what a listing of one directory of the repository gave: name → last modified.
-func (m *maintenance) list(dir string) (map[string]minio.ObjectInfo, error) {
-	out := map[string]minio.ObjectInfo{}
+// listedObject is what maintenance keeps of a listed object.
+type listedObject struct {
+	Size         int64
+	LastModified time.Time
+}
+
+// list lists one directory of the repository: name → size and last modified.
+func (m *maintenance) list(dir string) (map[string]listedObject, error) {
+	out := map[string]listedObject{}
 	prefix := m.s.repo + "/" + dir + "/"
 	for o := range m.s.a.S3.ListObjects(m.s.ctx, m.s.bucket, minio.ListObjectsOptions{Prefix: prefix}) {
 		if o.Err != nil {
 			return nil, fmt.Errorf("listing %s: %w", prefix, o.Err)
 		}
-		out[strings.TrimPrefix(o.Key, prefix)] = o
+		out[strings.TrimPrefix(o.Key, prefix)] = listedObject{o.Size, o.LastModified}
 	}
 	return out, nil
 }
@@ -129,7 +141,7 @@ func (m *maintenance) run(margin time.Duration) error {
 	if err != nil {
 		return err
 	}
-	listed := map[string]map[string]minio.ObjectInfo{}
+	listed := map[string]map[string]listedObject{}
 	for _, dir := range []string{"sessions", "files", "index", "packs", jobv1.PackListDir} {
 		if listed[dir], err = m.list(dir); err != nil {
 			return err
@@ -138,10 +150,12 @@ func (m *maintenance) run(margin time.Duration) error {
 	sessions, files, indexes, packs := listed["sessions"], listed["files"], listed["index"], listed["packs"]
 	m.report.Packs = len(packs)
 
-	// Each index/ object is read once: for its backup's artifact, then to rewrite it.
-	read := make(map[string]*runIndex, len(indexes))
+	// Of each index/ object, its backup's artifact and the keys of its packs, not the places of
+	// their chunks: memory grows with the packs, not the chunks. The few a run rewrites are read
+	// again, whole.
+	read := make(map[string]*indexHead, len(indexes))
 	for n := range indexes {
-		idx := &runIndex{}
+		idx := &indexHead{}
 		if err := s.readRepoObject(s.repo+"/index/"+n, idx); err != nil {
 			return fmt.Errorf("index/%s: %w", n, err)
 		}
@@ -236,21 +250,31 @@ func (m *maintenance) run(margin time.Duration) error {
 	}
 	// First out of index/, so that backups starting from now do not learn of them; dead backups
 	// whose packs are all gone leave the repository.
-	for n, idx := range read {
+	gone := func(key string) bool {
+		_, exists := packs[strings.TrimPrefix(key, s.repo+"/packs/")]
+		_, condemned := still[key]
+		return !exists || condemned || fresh[key]
+	}
+	for n, head := range read {
 		key := s.repo + "/index/" + n
-		kept := slices.DeleteFunc(slices.Clone(idx.Packs), func(p runPack) bool {
-			_, exists := packs[strings.TrimPrefix(p.Key, s.repo+"/packs/")]
-			_, condemned := still[p.Key]
-			return !exists || condemned || fresh[p.Key]
-		})
+		kept := 0
+		for _, p := range head.Packs {
+			if !gone(p.Key) {
+				kept++
+			}
+		}
 		switch {
-		case len(kept) == 0 && dead[n]:
+		case kept == 0 && dead[n]:
 			if err := m.remove(key); err != nil {
 				return err
 			}
 			delete(indexes, n)
-		case len(kept) != len(idx.Packs):
-			idx.Packs = kept
+		case kept != len(head.Packs):
+			idx := &runIndex{}
+			if err := s.readRepoObject(key, idx); err != nil {
+				return fmt.Errorf("index/%s: %w", n, err)
+			}
+			idx.Packs = slices.DeleteFunc(idx.Packs, func(p runPack) bool { return gone(p.Key) })
 			if err := s.putRepoObject("index", n, idx); err != nil {
 				return err
 			}
@@ -290,7 +314,7 @@ func (m *maintenance) run(margin time.Duration) error {
 }
 
 // artifactOf is the artifact key of backup n, from its index/ object (read) or its sessions/ one.
-func (m *maintenance) artifactOf(n string, read map[string]*runIndex) (string, error) {
+func (m *maintenance) artifactOf(n string, read map[string]*indexHead) (string, error) {
 	if idx, ok := read[n]; ok {
 		return idx.Artifact, nil
 	}
