@@ -368,7 +368,7 @@ func (d *Driver) StartDueChecks(ctx context.Context) error {
 			continue // changed since the cache saw it: the next scan decides anew
 		}
 		b = live
-		j, err := d.createArtifactJob(ctx, b, checkStrategy(strat), checkRun(b), jobapi.ModeCheck)
+		j, err := d.createArtifactJob(ctx, b, checkStrategy(strat), checkRun(b), jobapi.ModeCheck, jobs.ArtifactEnv(b)...)
 		if err != nil {
 			if _, ok := driverkit.AsFailure(err); !ok {
 				return err

@@ -74,7 +74,7 @@ func (d *Driver) startCleanup(ctx context.Context, b *backupsv1.Backup, jr jobs.
 				Message: fmt.Sprintf("Backup %s names an artifact outside its bucket and namespace: %v; no cleanup Job deletes it, it is kept", b.Name, err)}, nil
 		}
 	}
-	j, err := d.createArtifactJob(ctx, b, strat, jr, jobapi.ModeCleanup)
+	j, err := d.createArtifactJob(ctx, b, strat, jr, jobapi.ModeCleanup, jobs.ArtifactEnv(b)...)
 	if err != nil {
 		return driverkit.DeleteOutcome{}, err
 	}
@@ -87,8 +87,8 @@ func (d *Driver) startCleanup(ctx context.Context, b *backupsv1.Backup, jr jobs.
 // credentials) rendered in mode: cleanup deletes the artifact, check looks whether it still
 // exists. The template sees the Backup as .Backup, its application by name (it may be gone), the
 // parameters the backup ran with and the mode; the agent gets the contract variables and the
-// artifact's URI, checksum and size.
-func (d *Driver) createArtifactJob(ctx context.Context, b *backupsv1.Backup, strat *jobapi.JobBackupStrategy, jr jobs.Run, mode string) (*batchv1.Job, error) {
+// artifact's URI, checksum and size (extra: jobs.ArtifactEnv), or what else the mode needs.
+func (d *Driver) createArtifactJob(ctx context.Context, b *backupsv1.Backup, strat *jobapi.JobBackupStrategy, jr jobs.Run, mode string, extra ...corev1.EnvVar) (*batchv1.Job, error) {
 	backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func (d *Driver) createArtifactJob(ctx context.Context, b *backupsv1.Backup, str
 	if err != nil {
 		return nil, err
 	}
-	env := append(jobs.Env(mode, jr, b.Spec.ApplicationRef, params), jobs.ArtifactEnv(b)...)
+	env := append(jobs.Env(mode, jr, b.Spec.ApplicationRef, params), extra...)
 	return jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, strat, pod, env)
 }
 

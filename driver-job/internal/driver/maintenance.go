@@ -8,13 +8,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/apis/strategy"
 	"github.com/coffer-backup/coffer/driver-job/internal/jobs"
 	"github.com/coffer-backup/coffer/driver-job/internal/names"
 	"github.com/coffer-backup/coffer/driverkit"
@@ -105,21 +103,8 @@ func (d *Driver) startMaintenance(ctx context.Context, b *backupsv1.Backup) erro
 	if repo == "" || strat.Spec.CleanupTemplate == nil {
 		return nil
 	}
-	jr := jobs.Run{Object: b, Kind: names.KindMaintenance}
-	params := jobs.Parameters(b)
-	backupObj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
-	if err != nil {
-		return err
-	}
-	app := map[string]any{"metadata": map[string]any{"name": b.Spec.ApplicationRef.Name, "namespace": b.Namespace}}
-	pod, err := jobs.Render(strat, "cleanupTemplate", *strat.Spec.CleanupTemplate,
-		strategy.Context{Application: app, Parameters: params, Mode: strategy.Mode(jobapi.ModeMaintain), Backup: backupObj})
-	if err != nil {
-		return err
-	}
-	env := append(jobs.Env(jobapi.ModeMaintain, jr, b.Spec.ApplicationRef, params), jobs.FormatEnv(strat, jobapi.ModeMaintain)...)
-	env = append(env, corev1.EnvVar{Name: jobapi.EnvRepository, Value: repo})
-	j, err := jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, strat, pod, env)
+	env := append(jobs.FormatEnv(strat, jobapi.ModeMaintain), corev1.EnvVar{Name: jobapi.EnvRepository, Value: repo})
+	j, err := d.createArtifactJob(ctx, b, strat, jobs.Run{Object: b, Kind: names.KindMaintenance}, jobapi.ModeMaintain, env...)
 	if err != nil {
 		return fmt.Errorf("creating the maintenance Job: %w", err)
 	}
