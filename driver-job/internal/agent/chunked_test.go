@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -412,6 +413,47 @@ func TestChunkedDamage(t *testing.T) {
 	v, err := a.Verify(ctx, t.TempDir(), art)
 	if err != nil || v.Mismatched != 0 || v.Compared != 3 {
 		t.Errorf("verify with the packs put back: %+v, %v; want all three files compared", v, err)
+	}
+}
+
+// TestChunkedDamageReportIsBounded: a missing pack of many files makes a verify's report name
+// at most MaxVerifyDifferences of them, each cut to 300 bytes however long its name, and count
+// them all.
+func TestChunkedDamageReportIsBounded(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t)
+	dir := t.TempDir()
+	long := filepath.Join(dir, strings.Repeat("d", 200), strings.Repeat("e", 200))
+	rng := rand.New(rand.NewPCG(21, 1))
+	const files = 3 * jobv1.MaxVerifyDifferences / 2
+	for i := range files { // small: one pack holds them all
+		writeRandom(t, filepath.Join(long, fmt.Sprintf("%s-%02d", strings.Repeat("f", 200), i)), 4<<10, rng)
+	}
+	a := chunkedAgent(t, io.Discard)
+	report, err := a.Backup(ctx, dir, bucket, "ns/backup.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	packs := objectsBelow(t, bucket, "ns/.coffer/packs/")
+	if len(packs) != 1 {
+		t.Fatalf("%d packs; want the one that holds every file", len(packs))
+	}
+	for k := range packs { // gone: every file's chunks are missing
+		if err := store(t).S3.RemoveObject(ctx, bucket, k, minio.RemoveObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := a.Verify(ctx, t.TempDir(), Artifact{Bucket: bucket, Key: "ns/backup.tar", Checksum: report.Checksum, SizeBytes: report.SizeBytes})
+	if err != nil {
+		t.Fatalf("verify of a backup with a missing pack failed as a run: %v; want findings", err)
+	}
+	if v.Mismatched != files || len(v.Differences) != jobv1.MaxVerifyDifferences {
+		t.Errorf("verify report: %d mismatched, %d differences; want all %d counted and %d named", v.Mismatched, len(v.Differences), files, jobv1.MaxVerifyDifferences)
+	}
+	for _, d := range v.Differences {
+		if len(d) > 303 || !strings.Contains(d, "NoSuchKey") && !strings.HasSuffix(d, "...") {
+			t.Errorf("difference of %d bytes: %.80q...; want a damage message of at most 300 bytes and an ellipsis", len(d), d)
+		}
 	}
 }
 

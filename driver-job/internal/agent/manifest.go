@@ -103,17 +103,21 @@ func readManifest(r io.Reader) (map[string]ManifestEntry, error) {
 	return entries, nil
 }
 
+// cutDifference cuts a verify's difference to 300 bytes (a name can be 4 KiB long).
+func cutDifference(d string) string {
+	if len(d) > 300 {
+		return d[:300] + "..."
+	}
+	return d
+}
+
 // compareWithManifest reads back every regular file under dir and compares it with the manifest.
 func compareWithManifest(dir string, want map[string]ManifestEntry, buf []byte) (*jobv1.VerifyReport, error) {
 	r := &jobv1.VerifyReport{}
 	differ := func(format string, args ...any) {
 		r.Mismatched++
 		if len(r.Differences) < jobv1.MaxVerifyDifferences {
-			d := fmt.Sprintf(format, args...)
-			if len(d) > 300 {
-				d = d[:300] + "..."
-			}
-			r.Differences = append(r.Differences, d)
+			r.Differences = append(r.Differences, cutDifference(fmt.Sprintf(format, args...)))
 		}
 	}
 	seen := make(map[string]bool, len(want))

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
@@ -154,9 +155,9 @@ func (a *Agent) compare(data string, status *RestoreStatus, want map[string]Mani
 		if report, err = compareWithManifest(data, want, make([]byte, 256<<10)); err != nil {
 			return nil, fmt.Errorf("comparing the restored files with the manifest: %w", err)
 		}
-		if n := len(status.damaged); n > 0 {
-			report.Differences = append(status.damaged[:min(n, jobv1.MaxVerifyDifferences):min(n, jobv1.MaxVerifyDifferences)], report.Differences...)
-			report.Differences = report.Differences[:min(len(report.Differences), jobv1.MaxVerifyDifferences)]
+		if len(status.damaged) > 0 { // damage first: it says why a file is missing
+			d := append(slices.Clone(status.damaged), report.Differences...)
+			report.Differences = d[:min(len(d), jobv1.MaxVerifyDifferences)]
 		}
 		a.logf("verified %s: %d files restored, %d identical to the manifest, %d differences", status.URI, status.Files, report.Compared, report.Mismatched)
 		for _, d := range report.Differences {
@@ -404,7 +405,9 @@ func (x *extractor) add(hdr *tar.Header, r io.Reader) error {
 			if x.readManifest && errors.As(err, &damage) {
 				// A verify reports it, with the other differences: the file is left out, and
 				// so is found missing.
-				x.status.damaged = append(x.status.damaged, damage.msg)
+				if len(x.status.damaged) < jobv1.MaxVerifyDifferences { // the rest is counted missing
+					x.status.damaged = append(x.status.damaged, cutDifference(damage.msg))
+				}
 				return x.root.Remove(name)
 			}
 			return fmt.Errorf("%s: %w", name, err)
