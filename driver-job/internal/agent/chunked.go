@@ -283,16 +283,16 @@ const EnvChunkKey = jobv1.EnvChunkKey
 const minChunkKey = 32
 
 // repository is the key prefix of the repository a chunked backup at key belongs to: the
-// directory of key, then ".coffer".
+// directory of key, then jobv1.RepositoryDir.
 func (a *Agent) repository(key string) string {
 	if a.Repository != "" {
 		return strings.TrimSuffix(a.Repository, "/")
 	}
 	dir := path.Dir(key)
 	if dir == "." {
-		return ".coffer"
+		return jobv1.RepositoryDir
 	}
-	return dir + "/.coffer"
+	return dir + "/" + jobv1.RepositoryDir
 }
 
 func (s *chunkStore) load() error {

@@ -232,7 +232,7 @@ func ParseConfig(args []string, getenv func(string) string) (*Config, error) {
 		return c, usageErrorf("--object-lock-mode %q is not COMPLIANCE or GOVERNANCE", c.LockMode)
 	}
 	if c.Repository == "" && c.RunNamespace != "" {
-		c.Repository = path.Join(c.Prefix, ".coffer", c.RunNamespace)
+		c.Repository = path.Join(c.Prefix, jobv1.RepositoryDir, c.RunNamespace)
 	}
 	if c.Format == FormatChunked && c.Mode == jobv1.ModeBackup {
 		if c.ChunkKey != "" && len(c.ChunkKey) < minChunkKey {

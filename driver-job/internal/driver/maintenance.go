@@ -3,7 +3,6 @@ package driver
 import (
 	"context"
 	"fmt"
-	"path"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -46,15 +45,14 @@ func repositoryOf(b *backupsv1.Backup) (string, error) {
 	if md[jobapi.MetadataPrefix+"format"] != "4" || b.Status.Artifact == nil {
 		return "", nil
 	}
-	bucket, key, err := backupsv1.ParseS3URI(b.Status.Artifact.URI)
-	if err != nil {
+	if _, _, err := backupsv1.ParseS3URI(b.Status.Artifact.URI); err != nil {
 		return "", nil
 	}
-	want := path.Join(path.Dir(key), ".coffer", b.Namespace)
-	if got := md[jobapi.MetadataPrefix+"repository"]; got != "s3://"+bucket+"/"+want {
-		return "", fmt.Errorf("Backup %s records the repository %q, not s3://%s/%s beside its artifact: it is not maintained", b.Name, got, bucket, want)
+	_, repo, err := jobapi.RepositoryBeside(b.Status.Artifact.URI, md[jobapi.MetadataPrefix+"repository"], b.Namespace)
+	if err != nil {
+		return "", fmt.Errorf("Backup %s: %w: it is not maintained", b.Name, err)
 	}
-	return want, nil
+	return repo, nil
 }
 
 // maintainAfter starts the maintenance of b's repository after b's cleanup (see above).

@@ -15,7 +15,6 @@ import (
 	"sync"
 
 	"github.com/minio/minio-go/v7"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -90,17 +89,10 @@ func Slot(name string, slices int) int {
 // driverMetadata comes from a pod in the tenant's namespace) is not read: the verifier reads no
 // key a tenant chose outside the artifact's own prefix.
 func Repository(b *backupsv1.Backup) (bucket, repo string, err error) {
-	bucket, key, err := backupsv1.ParseS3URI(b.Status.Artifact.URI)
-	if err != nil {
-		return "", "", err
+	if bucket, repo, err = jobv1.RepositoryBeside(b.Status.Artifact.URI, b.Spec.DriverMetadata[MetaRepository], ""); err != nil {
+		return "", "", fmt.Errorf("%w: its packs are not read", err)
 	}
-	got := b.Spec.DriverMetadata[MetaRepository]
-	beside := path.Join(path.Dir(key), ".coffer")
-	repo, ok := strings.CutPrefix(got, "s3://"+bucket+"/"+beside+"/")
-	if !ok || len(validation.IsDNS1123Label(repo)) > 0 {
-		return "", "", fmt.Errorf("the Backup records the repository %q, not s3://%s/%s/<namespace> beside its artifact: its packs are not read", got, bucket, beside)
-	}
-	return bucket, beside + "/" + repo, nil
+	return bucket, repo, nil
 }
 
 // CheckPacks checks the packs of chunked Backup b (see above). An error is trouble reading them
