@@ -204,9 +204,12 @@ type ArtifactObjectLock struct {
 	// +kubebuilder:validation:Enum=Compliance;Governance
 	Mode ObjectLockMode `json:"mode,omitempty"`
 
-	// retainFor is how long each object stays locked after its backup started: at least as long
-	// as the Plans of this strategy keep their Backups, plus a margin. The verifier reports a
-	// Backup whose objects are no longer locked. At most 10 years.
+	// retainFor is the longest a backup locks what it stores, from when it started. Each run
+	// locks for what its Plan's retention can keep a Backup (its age bound, at least the class
+	// floor's minAge), plus the floor's deletionDelay and a day, at most retainFor (a Plan whose
+	// retention needs more gets a LockShorterThanRetention event); a run without a Plan or whose
+	// retention has no age bound locks for retainFor. The verifier reports a Backup whose objects
+	// are no longer locked. At most 10 years.
 	// +required
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`

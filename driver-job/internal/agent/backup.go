@@ -150,6 +150,9 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 	if hdr.KeyRef != "" {
 		report.Metadata[MetaKeyRef] = hdr.KeyRef
 	}
+	if a.RetainFor > 0 {
+		report.Metadata[MetaLockedUntil] = until.UTC().Format(time.RFC3339)
+	}
 	if err := report.Validate(); err != nil {
 		return nil, err
 	}
@@ -178,6 +181,9 @@ const (
 	// bytes of the packs its backup added to it; MetaUncompressedBytes is then what it read.
 	MetaRepository  = "repository"
 	MetaStoredBytes = "storedBytes"
+	// MetaLockedUntil is when the object lock of what the backup stored ends (RFC 3339, UTC; a
+	// chunked backup's packs are held longer): set only when the backup locks.
+	MetaLockedUntil = "lockedUntil"
 )
 
 // header is the header of the agent's next backup.

@@ -90,6 +90,9 @@ func TestObjectLock(t *testing.T) {
 	}
 	_, key := keyOf(t, first)
 	near("the artifact", lockOf(t, bucket, key), started.Add(time.Hour))
+	if reported, err := time.Parse(time.RFC3339, first.Metadata[MetaLockedUntil]); err != nil || reported.Sub(lockOf(t, bucket, key)).Abs() > time.Second {
+		t.Errorf("the report says %s=%q (%v); want the artifact's lock, %s", MetaLockedUntil, first.Metadata[MetaLockedUntil], err, lockOf(t, bucket, key).Format(time.RFC3339))
+	}
 	near("the pack list", lockOf(t, bucket, "ns/.coffer/packlists/first"), started.Add(time.Hour))
 	firstPacks := objectsBelow(t, bucket, "ns/.coffer/packs/")
 	for p := range firstPacks {

@@ -57,6 +57,19 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 		return nil, err
 	}
 	env := append(jobs.Env(jobapi.ModeBackup, jr, run.Job.Spec.ApplicationRef, run.Resolved.Parameters), jobs.FormatEnv(run.Strategy, jobapi.ModeBackup)...)
+	var lockWhy string
+	if a := run.Strategy.Spec.Artifact; a != nil && a.ObjectLock != nil {
+		lock, why, err := d.lockFor(ctx, run)
+		if err != nil {
+			return nil, err
+		}
+		for i := range env {
+			if env[i].Name == jobapi.EnvRetainFor {
+				env[i].Value = lock.String()
+			}
+		}
+		lockWhy = why
+	}
 	// The record the agent stores next to the artifact (contract rule BK-11): the Backup this run
 	// will make, but for the artifact, which the agent adds.
 	record, err := d.kit.RecordTemplate(ctx, run, backupMetadata(run, jr.Name()))
@@ -73,7 +86,11 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 		return nil, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Created Job", "job", klog.KObj(j))
-	d.Recorder.Eventf(run.Job, nil, corev1.EventTypeNormal, "JobCreated", "Backup", "Created Job %s", j.Name)
+	if lockWhy != "" {
+		d.Recorder.Eventf(run.Job, nil, corev1.EventTypeNormal, "JobCreated", "Backup", "Created Job %s; it locks what it stores for %s", j.Name, lockWhy)
+	} else {
+		d.Recorder.Eventf(run.Job, nil, corev1.EventTypeNormal, "JobCreated", "Backup", "Created Job %s", j.Name)
+	}
 	return j, nil
 }
 

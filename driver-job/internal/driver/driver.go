@@ -22,6 +22,7 @@ package driver
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/finalizers;restorejobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans,verbs=get
 // +kubebuilder:rbac:groups=jobdriver.backups.cozystack.io,resources=jobbackupstrategies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list

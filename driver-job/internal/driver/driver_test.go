@@ -744,6 +744,74 @@ func drain(rec *events.FakeRecorder) []string {
 	}
 }
 
+// A strategy's object lock covers what the run's Plan keeps a Backup for: its retention span, the
+// class's deletionDelay and a day, at most the strategy's retainFor (a tenant's Plan cannot make
+// the platform hold storage longer); a Plan whose retention needs more gets retainFor and a
+// Warning; no Plan, or a retention without an age bound, gets retainFor.
+func TestObjectLockFollowsRetention(t *testing.T) {
+	f := newFixture(t, func(s *jobapi.JobBackupStrategySpec) {
+		s.Artifact = &jobapi.ArtifactOptions{Format: jobapi.ArtifactFormatChunked,
+			ObjectLock: &jobapi.ArtifactObjectLock{RetainFor: metav1.Duration{Duration: 800 * time.Hour}}}
+	})
+	f.class.Spec.RetentionFloor = &backupsv1.RetentionFloor{DeletionDelay: &metav1.Duration{Duration: 48 * time.Hour}, MinAge: &metav1.Duration{Duration: 192 * time.Hour}}
+	require.NoError(t, cl.Update(f.ctx, f.class))
+	n := func(v int32) *int32 { return &v }
+	for _, p := range []struct {
+		name      string
+		retention *backupsv1.RetentionPolicy
+	}{
+		{"ten-days", &backupsv1.RetentionPolicy{KeepLast: n(3), MaxAge: &metav1.Duration{Duration: 240 * time.Hour}}},
+		{"a-week", &backupsv1.RetentionPolicy{KeepDaily: n(7)}},
+		{"two-weeks", &backupsv1.RetentionPolicy{KeepDaily: n(14)}},
+		{"counted", &backupsv1.RetentionPolicy{KeepLast: n(30)}},
+		{"years", &backupsv1.RetentionPolicy{KeepMonthly: n(24)}},
+	} {
+		require.NoError(t, cl.Create(f.ctx, &backupsv1.Plan{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: f.ns}, Spec: backupsv1.PlanSpec{
+			ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web"}, BackupClassName: f.class.Name,
+			Schedule: backupsv1.PlanSchedule{Cron: "0 2 * * *"}, Retention: p.retention,
+		}}))
+	}
+	for _, tc := range []struct {
+		plan, lock, warning string
+	}{
+		{"ten-days", "312h0m0s", ""},                 // 240h + 48h + 24h
+		{"two-weeks", "408h0m0s", ""},                // 14 days + 48h + 24h
+		{"a-week", "264h0m0s", ""},                   // the class's minAge, 8 days, + 48h + 24h
+		{"counted", "800h0m0s", ""},                  // a count has no age: the strategy's
+		{"gone", "800h0m0s", ""},                     // no such Plan
+		{"", "800h0m0s", ""},                         // no Plan
+		{"years", "800h0m0s", "at least 17928h0m0s"}, // 24 × 31 days + 72h: more than the strategy allows
+	} {
+		t.Run(tc.plan, func(t *testing.T) {
+			drain(f.rec)
+			bj := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "nightly-", Namespace: f.ns},
+				Spec: backupsv1.BackupJobSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "web"}, BackupClassName: f.class.Name}}
+			if tc.plan != "" {
+				bj.Spec.PlanRef = &corev1.LocalObjectReference{Name: tc.plan}
+			}
+			require.NoError(t, cl.Create(f.ctx, bj))
+			reconcileOnce(t, f.backupReconciler(cl), bj)
+			var job *batchv1.Job
+			jobs := f.jobsOf(names.KindBackupJob)
+			for i := range jobs {
+				if metav1.IsControlledBy(&jobs[i], bj) {
+					job = &jobs[i]
+				}
+			}
+			require.NotNil(t, job, "the run's Job")
+			require.Equal(t, tc.lock, env(job.Spec.Template.Spec.Containers[0])[jobapi.EnvRetainFor])
+			events := strings.Join(drain(f.rec), "\n")
+			require.Contains(t, events, "locks what it stores for "+tc.lock)
+			if tc.warning != "" {
+				require.Contains(t, events, driver.ReasonLockShorterThanRetention)
+				require.Contains(t, events, tc.warning)
+			} else {
+				require.NotContains(t, events, driver.ReasonLockShorterThanRetention)
+			}
+		})
+	}
+}
+
 // A strategy's artifact options reach the agents: the compression level a backup, the encryption
 // Secret's public keys a backup and its private keys a restore, each by secretKeyRef (the Job
 // holds no key); the agent's metadata lands in the Backup's driverMetadata.
