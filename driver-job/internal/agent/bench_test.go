@@ -23,20 +23,23 @@ import (
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
-// benchTree writes a 256 MiB tree, 8 directories of 32 files of 1 MiB: random bytes
-// (incompressible), or JSON log lines with varying values (compressible, as application data and
-// logs are).
-func benchTree(b *testing.B, kind string) string {
-	const dirs, files, fileSize = 8, 32, 1 << 20
+// benchTree writes a 256 MiB tree (benchTreeOf).
+func benchTree(b *testing.B, kind string) string { return benchTreeOf(b, kind, 256) }
+
+// benchTreeOf writes a tree of mib files of 1 MiB, 32 to a directory (dir-00/file-000 on): random
+// bytes (incompressible), or JSON log lines with varying values (compressible, as application data
+// and logs are).
+func benchTreeOf(b *testing.B, kind string, mib int) string {
+	const perDir, fileSize = 32, 1 << 20
 	dir := b.TempDir()
 	rng := rand.New(rand.NewChaCha8([32]byte{42}))
 	data := make([]byte, 0, fileSize+512)
-	for d := range dirs {
+	for d := 0; d*perDir < mib; d++ {
 		sub := filepath.Join(dir, fmt.Sprintf("dir-%02d", d))
 		if err := os.MkdirAll(sub, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		for f := range files {
+		for f := range min(perDir, mib-d*perDir) {
 			data = data[:0]
 			if kind == "random" {
 				data = data[:fileSize]

@@ -36,7 +36,7 @@ func maintain(t *testing.T, a *Agent, bucket string, margin time.Duration) *Main
 	return r
 }
 
-func deleteBackup(t *testing.T, a *Agent, r *jobv1.ArtifactReport) {
+func deleteBackup(t testing.TB, a *Agent, r *jobv1.ArtifactReport) {
 	t.Helper()
 	bucket, key := keyOf(t, r)
 	if err := a.Cleanup(context.Background(), bucket, key); err != nil {

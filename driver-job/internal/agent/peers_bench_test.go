@@ -262,10 +262,28 @@ func compareTrees(want, got string) error {
 	})
 }
 
+// dropBucket deletes a bucket's objects and the bucket: a benchmark's repositories of gigabytes
+// would otherwise stay in the shared MinIO until the process ends.
+func dropBucket(b *testing.B, bucket string) {
+	c := store(b).S3
+	ctx := context.Background()
+	for err := range c.RemoveObjects(ctx, bucket, c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}), minio.RemoveObjectsOptions{}) {
+		b.Errorf("emptying bucket %s: %v", bucket, err.Err)
+	}
+	if err := c.RemoveBucket(ctx, bucket); err != nil {
+		b.Errorf("removing bucket %s: %v", bucket, err)
+	}
+}
+
 // bucketBytes sums the sizes of a bucket's objects.
 func bucketBytes(b *testing.B, c *minio.Client, bucket string) int64 {
+	return prefixBytes(b, c, bucket, "")
+}
+
+// prefixBytes sums the sizes of a bucket's objects below prefix.
+func prefixBytes(b *testing.B, c *minio.Client, bucket, prefix string) int64 {
 	var n int64
-	for obj := range c.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+	for obj := range c.ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
 			b.Fatal(obj.Err)
 		}
