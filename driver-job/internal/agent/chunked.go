@@ -365,10 +365,20 @@ func (s *chunkStore) readRepoObject(key string, v any) error {
 		return err
 	}
 	defer obj.Close()
-	sealed, err := io.ReadAll(io.LimitReader(obj, maxRepoObject+1))
+	// Read into a buffer of the object's size, and open it in place: one copy of an object that
+	// can hold a million chunks' places, not three.
+	info, err := obj.Stat()
 	if err != nil {
 		return err
 	}
+	if info.Size > maxRepoObject {
+		return fmt.Errorf("larger than %d bytes", maxRepoObject)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, info.Size+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(obj, maxRepoObject+1)); err != nil {
+		return err
+	}
+	sealed := buf.Bytes()
 	if len(sealed) > maxRepoObject {
 		return fmt.Errorf("larger than %d bytes", maxRepoObject)
 	}
@@ -407,6 +417,7 @@ func sealRepoObject(aead cipher.AEAD, key string, v any) ([]byte, error) {
 	return aead.Seal(out, nonce, plain.Bytes(), []byte(key)), nil
 }
 
+// openRepoObject opens a sealed repository object in place: the plaintext overwrites sealed.
 func openRepoObject(aead cipher.AEAD, key string, sealed []byte) ([]byte, error) {
 	head := len(repoObjectMagic) + 1
 	if len(sealed) < head+aead.NonceSize() || string(sealed[:len(repoObjectMagic)]) != repoObjectMagic {
@@ -415,8 +426,8 @@ func openRepoObject(aead cipher.AEAD, key string, sealed []byte) ([]byte, error)
 	if sealed[len(repoObjectMagic)] != repoObjectVersion {
 		return nil, fmt.Errorf("repository object version %d is not %d", sealed[len(repoObjectMagic)], repoObjectVersion)
 	}
-	nonce := sealed[head : head+aead.NonceSize()]
-	plain, err := aead.Open(nil, nonce, sealed[head+aead.NonceSize():], []byte(key))
+	nonce, ciphertext := sealed[head:head+aead.NonceSize()], sealed[head+aead.NonceSize():]
+	plain, err := aead.Open(ciphertext[:0], nonce, ciphertext, []byte(key)) // in place
 	if err != nil {
 		return nil, errors.New("does not open with this repository's chunk key")
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // BenchmarkIncremental is the nightly case, side by side in one run: an incompressible tree
-// (COFFER_BENCH_MIB files of 1 MiB, 256 by default) backed up in full, again after
+// (COFFER_BENCH_MIB files of 1 MiB, 256 by default; COFFER_BENCH_KIND=json: compressible) backed up in full, again after
 // COFFER_BENCH_CHURN % of its files (2 by default; at least one) were rewritten, and again
 // unchanged; then the last backup restored (peers' caches emptied first, as after a loss). Tools
 // (COFFER_BENCH_TOOLS, a comma-separated subset): coffer-agent's chunked format (age and a chunk
@@ -74,7 +74,7 @@ func BenchmarkIncremental(b *testing.B) {
 				before := bucketBytes(b, client, bucket)
 				rng := rand.New(rand.NewPCG(uint64(i), 7))
 				for f := range changedFiles { // spread over the directories
-					writeRandom(b, filepath.Join(tree, fmt.Sprintf("dir-%02d", f%((mib+31)/32)), fmt.Sprintf("file-%03d", (7+f/((mib+31)/32))%32)), 1<<20, rng)
+					rewrite(b, filepath.Join(tree, fmt.Sprintf("dir-%02d", f%((mib+31)/32)), fmt.Sprintf("file-%03d", (7+f/((mib+31)/32))%32)), rng)
 				}
 				changed += backup(1)
 				added += bucketBytes(b, client, bucket) - before
@@ -283,10 +283,35 @@ func benchKeysOf(b *testing.B) benchKeySet {
 	return benchKeySet{r, k, ids}
 }
 
-// incrementalSetup makes run i of tool: a fresh tree of mib MiB and bucket (removed after the run), the agent (chunked or tar,
+// benchKind is the kind of tree the incremental benchmarks back up: COFFER_BENCH_KIND, random
+// (incompressible, the default) or json (compressible log lines).
+func benchKind(b *testing.B) string {
+	switch k := os.Getenv("COFFER_BENCH_KIND"); k {
+	case "", "random":
+		return "random"
+	case "json":
+		return k
+	default:
+		b.Fatalf("COFFER_BENCH_KIND=%q is not random or json", k)
+		return ""
+	}
+}
+
+// rewrite writes a new 1 MiB file at p of the benchmark's kind.
+func rewrite(b *testing.B, p string, rng *rand.Rand) {
+	if benchKind(b) == "random" {
+		writeRandom(b, p, 1<<20, rng)
+		return
+	}
+	if err := os.WriteFile(p, appendJSONLines(nil, rng, 1<<20), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// incrementalSetup makes run i of tool: a fresh tree of mib MiB (of benchKind) and bucket (removed after the run), the agent (chunked or tar,
 // encrypted) and the peer (its repository created for restic and kopia).
 func incrementalSetup(b *testing.B, bin, tool string, i int, keys benchKeySet, mib int) (string, string, *minio.Client, *Agent, *peer) {
-	tree := benchTreeOf(b, "random", mib)
+	tree := benchTreeOf(b, benchKind(b), mib)
 	bucket := newBucket(b)
 	b.Cleanup(func() { dropBucket(b, bucket) })
 	e := env(b, jobv1.ModeBackup, bucket, tree)
@@ -334,7 +359,7 @@ func restoreLast(b *testing.B, a *Agent, p *peer, tree string, last *jobv1.Artif
 }
 
 // BenchmarkDailies is a month of nightly backups side by side: the tree of BenchmarkIncremental
-// (256 MiB, 256 files) backed up COFFER_BENCH_DAILIES times (30 by default), 1 % of its bytes
+// (256 MiB, 256 files; COFFER_BENCH_KIND=json: compressible, rewritten files too) backed up COFFER_BENCH_DAILIES times (30 by default), 1 % of its bytes
 // rewritten before each backup after the first (3 files of 1 MiB, a different 3 each night), then
 // the last backup restored (caches emptied). Reported: the mean nightly backup's seconds, the
 // restore's, and the bytes stored after all of them (what a month of dailies costs with no
@@ -363,7 +388,7 @@ func BenchmarkDailies(b *testing.B) {
 					if day > 0 {
 						for k := range 3 {
 							f := (day*3 + k) % 256
-							writeRandom(b, filepath.Join(tree, fmt.Sprintf("dir-%02d", f/32), fmt.Sprintf("file-%03d", f%32)), 1<<20, rng)
+							rewrite(b, filepath.Join(tree, fmt.Sprintf("dir-%02d", f/32), fmt.Sprintf("file-%03d", f%32)), rng)
 						}
 					}
 					time.Sleep(1100 * time.Millisecond) // settled files, outside the timing
