@@ -134,9 +134,9 @@ func (a *Agent) Backup(ctx context.Context, dir, bucket, key string) (*jobv1.Art
 		},
 	}
 	if chunks != nil {
-		st := chunks.stats
-		a.logf("chunked: %d files read (%d bytes), %d unchanged files not read; %d new chunks (%d bytes) in %d packs of %d bytes, %d chunks already stored",
-			st.filesRead, st.bytesRead, st.filesSkipped, st.chunksNew, st.bytesNew, st.packs, st.stored, st.chunksKnown)
+		st := &chunks.stats
+		a.logf("chunked: %d files read (%d bytes), %d unchanged files not read; %d new chunks (%d bytes) in %d packs of %d bytes, %d chunks already stored, %d compressed",
+			st.filesRead, st.bytesRead, st.filesSkipped, st.chunksNew, st.bytesNew, st.packs, st.stored, st.chunksKnown, st.compressed.Load())
 		report.Metadata[MetaUncompressedBytes] = strconv.FormatInt(st.bytesRead, 10)
 		report.Metadata[MetaRepository] = ArtifactURI(bucket, chunks.repo)
 		report.Metadata[MetaStoredBytes] = strconv.FormatInt(st.stored, 10)

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -213,7 +214,8 @@ type chunkStats struct {
 	chunksNew, chunksKnown  int64
 	bytesNew                int64 // plaintext of new chunks
 	packs                   int64
-	stored                  int64 // bytes of the packs uploaded
+	stored                  int64        // bytes of the packs uploaded
+	compressed              atomic.Int64 // chunks the codec workers compressed
 }
 
 // packBuilder fills one pack.
@@ -314,13 +316,43 @@ func (s *chunkStore) load() error {
 		keyRef = s.a.KeyRef
 	}
 	extended := map[string]time.Time{}
+	var keys []string
 	for o := range s.a.S3.ListObjects(s.ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.repo + "/index/"}) {
 		if o.Err != nil {
 			return fmt.Errorf("listing %s: %w", ArtifactURI(s.bucket, s.repo+"/index/"), o.Err)
 		}
-		var idx runIndex
-		if err := s.readRepoObject(o.Key, &idx); err != nil {
-			s.a.logf("warning: ignoring %s: %v", o.Key, err)
+		keys = append(keys, o.Key)
+	}
+	// One record per backup: read indexReadAhead at once (a nightly backup of a repository of a
+	// year of dailies would otherwise wait for 365 reads one after the other), used in order.
+	type loaded struct {
+		idx  runIndex
+		err  error
+		done chan struct{}
+	}
+	records := make([]*loaded, len(keys))
+	for i := range records {
+		records[i] = &loaded{done: make(chan struct{})}
+	}
+	ahead := make(chan struct{}, indexReadAhead)
+	go func() {
+		for i, key := range keys {
+			ahead <- struct{}{} // released once record i is used
+			r := records[i]
+			go func() {
+				r.err = s.readRepoObject(key, &r.idx)
+				close(r.done)
+			}()
+		}
+	}()
+	for i, key := range keys {
+		r := records[i]
+		<-r.done
+		idx, err := r.idx, r.err
+		records[i] = nil // its chunks go into s.known: the record itself can be collected
+		<-ahead
+		if err != nil {
+			s.a.logf("warning: ignoring %s: %v", key, err)
 			continue
 		}
 		for _, e := range idx.Extended {
@@ -356,6 +388,9 @@ func (s *chunkStore) load() error {
 	s.a.logf("repository %s: %d packs and %d chunks known; the last backup's files record: %v", ArtifactURI(s.bucket, s.repo), len(s.packs), len(s.known), s.prev != nil)
 	return nil
 }
+
+// indexReadAhead is how many index/ records a backup reads at once.
+const indexReadAhead = 8
 
 // readRepoObject reads and opens an index/ or maintenance/ object into v (files/ is a stream:
 // filesrecord.go).

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -240,6 +241,12 @@ func TestChunkedBackupsStoreOnlyWhatChanged(t *testing.T) {
 	}
 	if read, stored := metaInt(t, again, MetaUncompressedBytes), metaInt(t, again, MetaStoredBytes); read != 8<<20 || stored != 0 {
 		t.Errorf("files changed just before the last backup: read %d bytes and stored %d, want all read again and nothing stored", read, stored)
+	}
+	// The chunks of the first were compressed (and found incompressible); those read again are
+	// the repository's already, and not compressed again.
+	counts := regexp.MustCompile(`(\d+) new chunks .*, (\d+) chunks already stored, (\d+) compressed`).FindAllStringSubmatch(log.String(), -1)
+	if len(counts) != 2 || counts[0][1] == "0" || counts[0][3] != counts[0][1] || counts[1][2] != counts[0][1] || counts[1][3] != "0" {
+		t.Errorf("new, known and compressed chunks of the two backups: %v; want every chunk of the first compressed, none of the second", counts)
 	}
 	// From here on the backups run two seconds later than the files' last change.
 	a.now = func() time.Time { return time.Now().Add(2 * time.Second) }

@@ -116,7 +116,10 @@ func (p *chunkPipeline) worker() {
 		mac.Reset()
 		mac.Write(j.data)
 		mac.Sum(j.id[:0])
-		if p.s.zenc != nil {
+		// A chunk the repository held at the start is not stored again: no need to compress it
+		// (most of a large file rewritten in place, a file touched but not changed).
+		if _, stored := p.s.known[j.id]; p.s.zenc != nil && !stored {
+			p.s.stats.compressed.Add(1)
 			j.buf.z = p.s.zenc.EncodeAll(j.data, j.buf.z[:0])
 			if len(j.buf.z) < len(j.data) {
 				j.z = j.buf.z
