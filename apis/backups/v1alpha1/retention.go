@@ -87,3 +87,42 @@ func multiply(n int32, period time.Duration) time.Duration {
 	}
 	return time.Duration(n) * period
 }
+
+// RetentionHold is how long a Backup can exist under a Plan's retention and its class's
+// retention floor: what storage that expires or locks artifacts on its own must cover.
+//
+// +kubebuilder:object:generate=false
+type RetentionHold struct {
+	// RetentionSpan is the Plan's span, raised to the floor's minAge when that is longer (Rule
+	// then names the floor). Unbounded when the Plan's span is.
+	RetentionSpan
+	// DeletionDelay is the floor's deletionDelay: a Backup retention selects waits this long
+	// before it (and its artifact) is deleted.
+	DeletionDelay time.Duration
+}
+
+// Total is the span plus the deletion delay, at most time.Duration's maximum.
+func (h RetentionHold) Total() time.Duration {
+	if h.Duration > time.Duration(math.MaxInt64)-h.DeletionDelay {
+		return time.Duration(math.MaxInt64)
+	}
+	return h.Duration + h.DeletionDelay
+}
+
+// HeldUnder returns how long the policy can hold a Backup under floor (which may be nil): the
+// policy's Span, at least the floor's minAge (which keeps younger Backups whatever the policy
+// says), and the floor's deletionDelay. The floor's minKeepLast, like keepLast, counts Backups
+// and adds no age. A span no age bounds stays unbounded: minAge alone does not bound it.
+func (p *RetentionPolicy) HeldUnder(floor *RetentionFloor) RetentionHold {
+	h := RetentionHold{RetentionSpan: p.Span()}
+	if floor == nil {
+		return h
+	}
+	if h.Bounded && floor.MinAge != nil && floor.MinAge.Duration > h.Duration {
+		h.Duration, h.Rule = floor.MinAge.Duration, "the class's minAge "+floor.MinAge.Duration.String()
+	}
+	if floor.DeletionDelay != nil && floor.DeletionDelay.Duration > 0 {
+		h.DeletionDelay = floor.DeletionDelay.Duration
+	}
+	return h
+}

@@ -47,3 +47,35 @@ func TestRetentionSpan(t *testing.T) {
 		})
 	}
 }
+
+func TestRetentionHeldUnder(t *testing.T) {
+	age := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	n := func(v int32) *int32 { return &v }
+	week := 7 * RetentionDay
+	tests := []struct {
+		name    string
+		policy  *RetentionPolicy
+		floor   *RetentionFloor
+		bounded bool
+		total   time.Duration
+		rule    string
+	}{
+		{"no floor", &RetentionPolicy{KeepDaily: n(7)}, nil, true, week, "keepDaily: 7 (7 days)"},
+		{"minAge raises a shorter span", &RetentionPolicy{MaxAge: age(48 * time.Hour)}, &RetentionFloor{MinAge: age(week)}, true, week, "the class's minAge 168h0m0s"},
+		{"minAge under the span changes nothing", &RetentionPolicy{MaxAge: age(2 * week)}, &RetentionFloor{MinAge: age(week)}, true, 2 * week, "maxAge 336h0m0s"},
+		{"deletionDelay is added", &RetentionPolicy{MaxAge: age(week)}, &RetentionFloor{DeletionDelay: age(48 * time.Hour)}, true, week + 48*time.Hour, "maxAge 168h0m0s"},
+		{"both", &RetentionPolicy{MaxAge: age(24 * time.Hour)}, &RetentionFloor{MinAge: age(week), DeletionDelay: age(time.Hour)}, true, week + time.Hour, "the class's minAge 168h0m0s"},
+		{"minAge does not bound a count", &RetentionPolicy{KeepLast: n(3)}, &RetentionFloor{MinAge: age(week)}, false, 0, "keepLast: 3 without maxAge (a count of Backups, not an age)"},
+		{"the total is capped", &RetentionPolicy{KeepMonthly: n(10000)}, &RetentionFloor{DeletionDelay: age(time.Hour)}, true, time.Duration(math.MaxInt64), "keepMonthly: 10000 (10000 × 31 days)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.policy.HeldUnder(tt.floor)
+			assert.Equal(t, tt.bounded, got.Bounded)
+			if tt.bounded {
+				assert.Equal(t, tt.total, got.Total())
+			}
+			assert.Equal(t, tt.rule, got.Rule)
+		})
+	}
+}

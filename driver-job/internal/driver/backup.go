@@ -63,11 +63,7 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 		if err != nil {
 			return nil, err
 		}
-		for i := range env {
-			if env[i].Name == jobapi.EnvRetainFor {
-				env[i].Value = lock.String()
-			}
-		}
+		env = append(env, jobs.LockEnv(run.Strategy, lock)...)
 		lockWhy = why
 	}
 	// The record the agent stores next to the artifact (contract rule BK-11): the Backup this run

@@ -191,6 +191,21 @@ func Env(mode string, run Run, app corev1.TypedLocalObjectReference, params map[
 	return env
 }
 
+// LockEnv tells a backup agent to lock what it stores for lock, in the strategy's object lock
+// mode; nothing when the strategy locks nothing. The driver chooses lock from the run's Plan,
+// within the strategy's retainFor (lockFor).
+func LockEnv(strat *jobapi.JobBackupStrategy, lock time.Duration) []corev1.EnvVar {
+	a := strat.Spec.Artifact
+	if a == nil || a.ObjectLock == nil {
+		return nil
+	}
+	mode := "COMPLIANCE"
+	if a.ObjectLock.Mode == jobapi.ObjectLockGovernance {
+		mode = "GOVERNANCE"
+	}
+	return []corev1.EnvVar{{Name: jobapi.EnvObjectLockMode, Value: mode}, {Name: jobapi.EnvRetainFor, Value: lock.String()}}
+}
+
 // FormatEnv passes a strategy's artifact options to an agent: the compression level to a backup,
 // and the encryption Secret's name and keys. A backup gets the public keys (recipients) only, a
 // restore the private keys (identities) only, a cleanup and a check neither. Keys are read from the Secret
@@ -209,13 +224,6 @@ func FormatEnv(strat *jobapi.JobBackupStrategy, mode string) []corev1.EnvVar {
 	chunked := a.Format == jobapi.ArtifactFormatChunked && mode == jobapi.ModeBackup || mode == jobapi.ModeMaintain
 	if chunked && mode == jobapi.ModeBackup {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvArtifactFormat, Value: "chunked"})
-	}
-	if l := a.ObjectLock; l != nil && mode == jobapi.ModeBackup {
-		lockMode := "COMPLIANCE"
-		if l.Mode == jobapi.ObjectLockGovernance {
-			lockMode = "GOVERNANCE"
-		}
-		env = append(env, corev1.EnvVar{Name: jobapi.EnvObjectLockMode, Value: lockMode}, corev1.EnvVar{Name: jobapi.EnvRetainFor, Value: l.RetainFor.Duration.String()})
 	}
 	if e := a.Encryption; e != nil && (mode == jobapi.ModeBackup || mode == jobapi.ModeRestore || mode == jobapi.ModeVerify || mode == jobapi.ModeMaintain) {
 		env = append(env, corev1.EnvVar{Name: jobapi.EnvEncryptionSecret, Value: e.SecretName})

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -18,37 +17,36 @@ import (
 // template that relies on another default must set its ttl.
 const VeleroDefaultTTL = 720 * time.Hour
 
-// checkTTL refuses a run whose Velero backup would expire before the retention of the run's Plan
-// lets its Backup go (contract BK-9): Velero would delete the artifact while retention still
+// checkTTL refuses a run whose Velero backup would expire before retention lets its Backup go
+// (contract BK-9): the Plan's retention, raised to its class floor's minAge, plus the floor's
+// deletionDelay, during which a pruned Backup still names its Velero backup
+// (RetentionPolicy.HeldUnder). Velero would otherwise delete the artifact while retention still
 // counts it, and once it has pruned the older Backups, nothing good would be left. A run without a
 // Plan, a Plan that is gone (core's business) and a retention that no age bounds
 // (RetentionPolicy.Span) are not checked.
 func (d *Driver) checkTTL(ctx context.Context, job *backupsv1.BackupJob, strat Strategy, spec *velerov1.BackupSpec) error {
-	if job.Spec.PlanRef == nil || job.Spec.PlanRef.Name == "" {
-		return nil
-	}
-	plan := &backupsv1.Plan{}
-	if err := d.plans().Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: job.Spec.PlanRef.Name}, plan); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("reading Plan %s/%s to compare its retention with the Velero backup's ttl: %w", job.Namespace, job.Spec.PlanRef.Name, err)
-	}
-	span := plan.Spec.Retention.Span()
-	if !span.Bounded {
-		return nil
+	plan, hold, err := driverkit.RetentionHoldOf(ctx, d.plans(), d.Client, job)
+	if err != nil || plan == nil || !hold.Bounded {
+		return err
 	}
 	ttl, from := spec.TTL.Duration, "its backupTemplate's ttl"
 	if ttl <= 0 {
 		ttl, from = VeleroDefaultTTL, "Velero's default ttl, as its backupTemplate sets none"
 	}
-	if ttl >= span.Duration {
+	need := hold.Total()
+	if ttl >= need {
 		return nil
 	}
+	held := fmt.Sprintf("Plan %s keeps Backups up to %s (retention %s)", plan.Name, hold.Duration, hold.Rule)
+	fix := fmt.Sprintf("shorten the Plan's retention (maxAge) to at most %s", ttl)
+	if hold.DeletionDelay > 0 {
+		held += fmt.Sprintf(" and BackupClass %s holds a pruned Backup %s more (deletionDelay)", job.Spec.BackupClassName, hold.DeletionDelay)
+		fix = "shorten the Plan's retention (maxAge) or the class's deletionDelay"
+	}
 	return driverkit.Failf(backupsv1.ReasonTTLShorterThanRetention,
-		"VeleroBackupStrategy %s keeps Velero backups for %s (%s), but Plan %s keeps Backups up to %s (retention %s): Velero would delete backups that retention still counts on. "+
-			"Set the strategy's backupTemplate.spec.ttl to at least %s, or shorten the Plan's retention (maxAge) to at most %s; nothing was created",
-		strat.Name, ttl, from, plan.Name, span.Duration, span.Rule, span.Duration, ttl)
+		"VeleroBackupStrategy %s keeps Velero backups for %s (%s), but %s: Velero would delete backups that retention still counts on. "+
+			"Set the strategy's backupTemplate.spec.ttl to at least %s, or %s; nothing was created",
+		strat.Name, ttl, from, held, need, fix)
 }
 
 // plans reads Plans: uncached (get only), since the driver reads one Plan per run.

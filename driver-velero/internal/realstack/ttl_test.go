@@ -37,20 +37,29 @@ func TestTTLShorterThanRetentionIsRefused(t *testing.T) {
 		require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
 	}
 	shop(t, ns, "shop")
-	strategy := func(name, ttl string) {
+	strategy := func(name, ttl string, floor ...*backupsv1.RetentionFloor) {
 		tmpl := `{"includedNamespaces": ["{{ .Application.metadata.namespace }}"]` + ttl + `}`
 		require.NoError(t, cl.Create(ctx, &veleroapi.VeleroBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: veleroapi.VeleroBackupStrategySpec{
 			VeleroNamespace: veleroNS,
 			BackupTemplate:  veleroapi.VeleroTemplate{Spec: k8sruntime.RawExtension{Raw: []byte(tmpl)}},
 		}}))
-		require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{
+		class := &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: backupsv1.BackupClassSpec{Strategies: []backupsv1.BackupClassStrategy{
 			{Application: backupsv1.ApplicationSelector{Kind: "Shop"}, Parameters: map[string]string{names.ParamStorageLocation: velerostack.BSLName},
 				StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr(veleroapi.Group), Kind: veleroapi.Kind, Name: name}},
-		}}}))
+		}}}
+		if len(floor) > 0 {
+			class.Spec.RetentionFloor = floor[0]
+		}
+		require.NoError(t, cl.Create(ctx, class))
 	}
 	month, defaults := ns+"-month", ns+"-default"
 	strategy(month, `, "ttl": "720h0m0s"`) // Velero keeps backups 30 days
 	strategy(defaults, "")                 // Velero's default ttl, 720h
+	// The same ttl under a class whose floor holds pruned Backups 20 more days, or keeps every
+	// Backup for 40 days: the Plan's own retention fits the ttl, what the floor adds does not.
+	delayed, aged := ns+"-delayed", ns+"-aged"
+	strategy(delayed, `, "ttl": "720h0m0s"`, &backupsv1.RetentionFloor{DeletionDelay: &metav1.Duration{Duration: 480 * time.Hour}})
+	strategy(aged, `, "ttl": "720h0m0s"`, &backupsv1.RetentionFloor{MinAge: &metav1.Duration{Duration: 960 * time.Hour}})
 	plan := func(name, class string, r *backupsv1.RetentionPolicy) {
 		require.NoError(t, cl.Create(ctx, &backupsv1.Plan{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.PlanSpec{
 			ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, BackupClassName: class,
@@ -62,6 +71,8 @@ func TestTTLShorterThanRetentionIsRefused(t *testing.T) {
 	plan("monthly", month, &backupsv1.RetentionPolicy{KeepMonthly: n(2)})
 	plan("default-ttl", defaults, &backupsv1.RetentionPolicy{KeepWeekly: n(8)})
 	plan("two-weeks", month, &backupsv1.RetentionPolicy{KeepLast: n(3), KeepDaily: n(14), MaxAge: &metav1.Duration{Duration: 14 * 24 * time.Hour}})
+	plan("two-weeks-delayed", delayed, &backupsv1.RetentionPolicy{MaxAge: &metav1.Duration{Duration: 14 * 24 * time.Hour}})
+	plan("two-weeks-aged", aged, &backupsv1.RetentionPolicy{MaxAge: &metav1.Duration{Duration: 14 * 24 * time.Hour}})
 	plan("counted", month, &backupsv1.RetentionPolicy{KeepLast: n(50)})
 	plan("everything", month, nil)
 
@@ -122,6 +133,15 @@ func TestTTLShorterThanRetentionIsRefused(t *testing.T) {
 		j, vb := run(t, "two-weeks", "two-weeks", month)
 		proceeds(t, j, vb)
 		assert.Equal(t, 720*time.Hour, vb.Spec.TTL.Duration)
+	})
+	t.Run("the class's deletionDelay counts", func(t *testing.T) {
+		j, vb := run(t, "two-weeks-delayed", "two-weeks-delayed", delayed)
+		refused(t, j, vb, "Plan two-weeks-delayed keeps Backups up to 336h0m0s (retention maxAge 336h0m0s) and BackupClass "+delayed+" holds a pruned Backup 480h0m0s more (deletionDelay)",
+			"Set the strategy's backupTemplate.spec.ttl to at least 816h0m0s")
+	})
+	t.Run("the class's minAge counts", func(t *testing.T) {
+		j, vb := run(t, "two-weeks-aged", "two-weeks-aged", aged)
+		refused(t, j, vb, "keeps Backups up to 960h0m0s (retention the class's minAge 960h0m0s)", "ttl to at least 960h0m0s")
 	})
 	t.Run("keepLast alone is not bounded by age", func(t *testing.T) {
 		j, vb := run(t, "counted", "counted", month)
