@@ -75,7 +75,7 @@ test: build ## Unit, envtest and real-server suites of every module (builds test
 
 # The suites behind the e2e build tag (the other e2e packages run in `make test`); the real node's
 # own tests (e2e/harness/node) run first, in their module.
-E2E_SUITES := ./jobdriver/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./tenancy/ ./faults/ ./chaos/
+E2E_SUITES := ./jobdriver/ ./volumes/ ./deployments/ ./ha/ ./swap/ ./badinput/ ./tenancy/ ./faults/ ./chaos/
 
 .PHONY: e2e
 e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.

@@ -172,6 +172,9 @@ func (k *Kit[S]) completeBackup(ctx context.Context, s *backupScope, run *Backup
 	first := backup.Status.Artifact == nil
 	backup.Status.Phase = backupsv1.BackupReady
 	backup.Status.Artifact = r.Artifact.DeepCopy()
+	if r.UnderlyingResources != nil {
+		backup.Status.UnderlyingResources = r.UnderlyingResources.DeepCopy()
+	}
 	meta.SetStatusCondition(&backup.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionArtifactAvailable,
 		Status: metav1.ConditionTrue, Reason: backupsv1.ReasonArtifactPresent, LastTransitionTime: s.now,
 		Message: orDefault(r.Location, "Stored at "+r.Artifact.URI)})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -91,6 +92,9 @@ type BackupResult struct {
 	Location string
 	// Conditions are further conditions of the Backup (for example PartiallyFailed).
 	Conditions []metav1.Condition
+	// UnderlyingResources, when set, is recorded as the Backup's status.underlyingResources
+	// (what a restore or a verifier needs beside the artifact: driver-velero's volume data).
+	UnderlyingResources *runtime.RawExtension
 }
 
 // RestoreRun is one RestoreJob the driver claimed.

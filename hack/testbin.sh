@@ -3,7 +3,8 @@
 # outside the checkout, skipping those already there. Prints the cache directory on stdout.
 #
 #   hack/testbin.sh [binary...]     default: kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd etcdctl etcdutl
-#   hack/testbin.sh --velero        velero, velero-plugin-for-aws and minio (the S3 test stack)
+#   hack/testbin.sh --velero        velero, velero-plugin-for-aws, velero-restore-helper and minio (the S3
+#                                   test stack), local-path-provisioner (the real node's volumes)
 #   hack/testbin.sh --peers         restic and kopia (peers of coffer-agent's BenchmarkPeers)
 #   hack/testbin.sh --prometheus    promtool (checks and unit-tests the PrometheusRules of deploy/) and
 #                                   prometheus (Kubernetes service discovery only: e2e/deployments)
@@ -25,7 +26,7 @@ dir="$cache/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
 if [ "${1:-}" = --velero ]; then
 	shift
 	dir="$cache/velero-${VELERO_VERSION}_aws-${VELERO_AWS_VERSION}_minio-${MINIO_VERSION##*-}"
-	set -- velero velero-plugin-for-aws minio
+	set -- velero velero-plugin-for-aws velero-restore-helper minio local-path-provisioner
 elif [ "${1:-}" = --peers ]; then
 	shift
 	dir="$cache/peers-restic-${RESTIC_VERSION}_kopia-${KOPIA_VERSION}"
@@ -63,7 +64,9 @@ for b in "${bins[@]}"; do
 	etcdutl) build etcdutl etcd go.etcd.io/etcd/etcdutl/v3 "-s -w" ;;
 	velero) build velero velero github.com/vmware-tanzu/velero/cmd/velero "-s -w" ;;
 	velero-plugin-for-aws) build velero-plugin-for-aws velero github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws "-s -w" ;;
+	velero-restore-helper) build velero-restore-helper velero github.com/vmware-tanzu/velero/cmd/velero-restore-helper "-s -w" ;;
 	minio) build minio minio github.com/minio/minio "-s -w" ;;
+	local-path-provisioner) build local-path-provisioner localpath github.com/rancher/local-path-provisioner "-s -w" ;;
 	restic) build restic restic github.com/restic/restic/cmd/restic "-s -w" ;;
 	kopia) build kopia kopia github.com/kopia/kopia "-s -w" ;;
 	# Rules checks and tests need no service discovery: leaving out every SD plugin (and the cloud

@@ -57,7 +57,7 @@ import (
 )
 
 const (
-	agentImage = "coffer/coffer-agent:dev"
+	agentImage = images.AgentName
 	bucket     = "coffer"
 	agentUID   = 65532
 )
@@ -125,9 +125,7 @@ func start(t *testing.T, ctx context.Context) *env {
 
 // agentImageArchive builds coffer-agent and its image into work, and returns the image archive.
 func agentImageArchive(t *testing.T, ctx context.Context, root, work string) string {
-	bin := filepath.Join(work, "coffer-agent")
-	require.NoError(t, images.BuildBinary(ctx, filepath.Join(root, "driver-job"), "./cmd/coffer-agent", bin))
-	img, err := images.Build(ctx, images.Options{Binary: bin, Name: agentImage, Out: filepath.Join(work, "coffer-agent.oci.tar")})
+	img, err := images.Agent(ctx, root, work)
 	require.NoError(t, err)
 	return img.Archive
 }

@@ -87,7 +87,8 @@ type BackupStatus struct {
 	// restore of it may need (a VM's disks and addresses, a database's parameters), as
 	// Cozystack's drivers record it: a JSON object carrying its own apiVersion and kind so the
 	// reader can tell its shape. Written by the driver that made the Backup (tenants cannot write
-	// a Backup's status), read by restores; Coffer's own drivers record none yet.
+	// a Backup's status), read by restores and verifiers. driver-velero records the volume data
+	// of its Velero backups here (kind VeleroVolumeData, velerodriver.backups.cozystack.io).
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Type=object

@@ -39,7 +39,7 @@ func (d *Driver) veleroBackupOf(ctx context.Context, b *backupsv1.Backup, trustM
 	vb = &velerov1.Backup{}
 	err = d.Client.Get(ctx, key, vb)
 	if apierrors.IsNotFound(err) && !trustMiss {
-		err = d.plans().Get(ctx, key, vb)
+		err = d.uncached().Get(ctx, key, vb)
 	}
 	if apierrors.IsNotFound(err) {
 		return key, nil, false, nil
@@ -156,7 +156,7 @@ func (d *Driver) DeleteArtifact(ctx context.Context, b *backupsv1.Backup) (drive
 			// The cache has yet to see the request an attempt a moment ago created: it is
 			// read from the API server, and looked after as found (not a failed attempt).
 			dbr = &velerov1.DeleteBackupRequest{}
-			err = d.plans().Get(ctx, dbrKey, dbr)
+			err = d.uncached().Get(ctx, dbrKey, dbr)
 		} else if err != nil {
 			return driverkit.DeleteOutcome{}, fmt.Errorf("creating DeleteBackupRequest %s: %w", dbrKey, err)
 		}

@@ -154,6 +154,10 @@ func (d *Driver) complete(ctx context.Context, run *driverkit.BackupRun[Strategy
 			partial.Message += ":\n" + strings.Join(details, "\n")
 		}
 	}
+	volumes, err := d.volumeData(ctx, vb)
+	if err != nil {
+		return nil, err
+	}
 	_ = download.Cleanup(ctx, d.Client, vb.Namespace, names.Download(vb.Name))
 	var takenAt *metav1.Time
 	if vb.Status.StartTimestamp != nil {
@@ -166,6 +170,8 @@ func (d *Driver) complete(ctx context.Context, run *driverkit.BackupRun[Strategy
 		Finalize:       true,
 		Location:       fmt.Sprintf("Velero backup %s/%s is stored in location %s", vb.Namespace, vb.Name, vb.Spec.StorageLocation),
 		Conditions:     []metav1.Condition{partial},
+		// Volume data: what each volume's snapshot is, for verifiers and restores.
+		UnderlyingResources: volumes,
 	}, nil
 }
 

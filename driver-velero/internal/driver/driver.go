@@ -24,6 +24,8 @@ package driver
 // +kubebuilder:rbac:groups=velero.io,resources=downloadrequests;deletebackuprequests;backups;restores,verbs=delete
 // +kubebuilder:rbac:groups=velero.io,resources=backups,verbs=patch
 // +kubebuilder:rbac:groups=velero.io,resources=backupstoragelocations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=velero.io,resources=podvolumebackups;datauploads,verbs=list
+// +kubebuilder:rbac:groups="",resources=configmaps,resourceNames=coffer-restore-claims,verbs=get
 // +kubebuilder:rbac:groups=apps.cozystack.io,resources=*,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;list;watch
@@ -40,6 +42,7 @@ import (
 	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -103,6 +106,7 @@ func Scheme() *runtime.Scheme {
 	utilruntime.Must(backupsv1.AddToScheme(s))
 	utilruntime.Must(veleroapi.AddToScheme(s))
 	utilruntime.Must(velerov1.AddToScheme(s))
+	utilruntime.Must(velerov2.AddToScheme(s))
 	return s
 }
 

@@ -140,6 +140,11 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	}
 	noCluster := false
 	spec.IncludeClusterResources = &noCluster
+	if spec.ResourceModifier == nil {
+		if err := d.unbindClaims(ctx, veleroNS, backup, &spec); err != nil {
+			return nil, err
+		}
+	}
 	// Backups made before a kind joined the list may hold it.
 	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
 	if rj.Spec.IsTrue(backupsv1.OptionInert) {
@@ -241,3 +246,31 @@ func (d *Driver) restoredItems(ctx context.Context, vr *velerov1.Restore, locati
 	}
 	return items, failed
 }
+
+// unbindClaims makes the restore apply the claims modifier (veleroapi.RestoreClaimsModifier) when
+// Velero's namespace holds it: cluster-scoped resources are never restored, so a restored claim
+// must not name the volume it had. A Backup that records volume data cannot be restored without
+// it (its claims would wait for their old volumes until the run's deadline): the run fails
+// ClaimsModifierMissing, saying how to create it. A Backup without recorded volume data is
+// restored as it is.
+func (d *Driver) unbindClaims(ctx context.Context, veleroNS string, backup *backupsv1.Backup, spec *velerov1.RestoreSpec) error {
+	err := d.uncached().Get(ctx, client.ObjectKey{Namespace: veleroNS, Name: veleroapi.RestoreClaimsModifier}, &corev1.ConfigMap{})
+	switch {
+	case err == nil:
+		spec.ResourceModifier = &corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: veleroapi.RestoreClaimsModifier}
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading the restore's claims modifier %s/%s: %w", veleroNS, veleroapi.RestoreClaimsModifier, err)
+	}
+	data, _, _ := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
+	if len(data.Volumes) == 0 {
+		return nil
+	}
+	return driverkit.Failf(ReasonClaimsModifierMissing,
+		"Backup %s holds the data of %d volume(s), and their claims need new volumes: create ConfigMap %s in namespace %s with key %s as docs/driver-velero.md shows (Velero's resource modifier that unbinds restored claims), or name a resourceModifier in the strategy's restoreTemplate; nothing was created",
+		backup.Name, len(data.Volumes), veleroapi.RestoreClaimsModifier, veleroNS, veleroapi.RestoreClaimsModifierKey)
+}
+
+// ReasonClaimsModifierMissing (a failed RestoreJob): the Backup holds volume data, and the Velero
+// namespace lacks the resource modifier that lets restored claims get new volumes.
+const ReasonClaimsModifierMissing = "ClaimsModifierMissing"

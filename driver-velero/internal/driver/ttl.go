@@ -25,7 +25,7 @@ const VeleroDefaultTTL = 720 * time.Hour
 // Plan, a Plan that is gone (core's business) and a retention that no age bounds
 // (RetentionPolicy.Span) are not checked.
 func (d *Driver) checkTTL(ctx context.Context, job *backupsv1.BackupJob, strat Strategy, spec *velerov1.BackupSpec) error {
-	plan, hold, err := driverkit.RetentionHoldOf(ctx, d.plans(), d.Client, job)
+	plan, hold, err := driverkit.RetentionHoldOf(ctx, d.uncached(), d.Client, job)
 	if err != nil || plan == nil || !hold.Bounded {
 		return err
 	}
@@ -49,8 +49,10 @@ func (d *Driver) checkTTL(ctx context.Context, job *backupsv1.BackupJob, strat S
 		strat.Name, ttl, from, held, need, fix)
 }
 
-// plans reads Plans: uncached (get only), since the driver reads one Plan per run.
-func (d *Driver) plans() client.Reader {
+// uncached reads from the API server (Live), for what the driver reads once per run or not at
+// all while things are well: Plans, Velero objects that may have gone, volume data, the restore's
+// claims modifier. Without Live (a test's reconciler), the client.
+func (d *Driver) uncached() client.Reader {
 	if d.Live != nil {
 		return d.Live
 	}

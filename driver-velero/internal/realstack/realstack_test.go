@@ -18,6 +18,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,6 +56,7 @@ var (
 
 func init() {
 	utilruntime.Must(velerov1.AddToScheme(sch))
+	utilruntime.Must(velerov2.AddToScheme(sch)) // the driver lists DataUploads
 	utilruntime.Must(veleroapi.AddToScheme(sch))
 }
 

@@ -372,6 +372,19 @@ func Pause(ctx context.Context, dir string) (*Image, error) {
 	})
 }
 
+// AgentName is coffer-agent's image as deploy/samples names it.
+const AgentName = "coffer/coffer-agent:dev"
+
+// Agent builds coffer-agent (from the driver-job module of the checkout at root) and its image
+// AgentName into dir, and returns the image.
+func Agent(ctx context.Context, root, dir string) (*Image, error) {
+	bin := filepath.Join(dir, "coffer-agent")
+	if err := BuildBinary(ctx, filepath.Join(root, "driver-job"), "./cmd/coffer-agent", bin); err != nil {
+		return nil, err
+	}
+	return Build(ctx, Options{Binary: bin, Name: AgentName, Out: filepath.Join(dir, "coffer-agent.oci.tar")})
+}
+
 // Component is one of Coffer's images: the module that builds it, its main package and the
 // image name (without tag) that deploy/ and the samples use.
 type Component struct{ Module, Package, Name string }

@@ -71,6 +71,10 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
+// KubeletRoot is the kubelet's --root-dir: pods' volumes are under its pods/ (what a node agent
+// that reads them, such as Velero's, mounts from the host).
+func (n *Node) KubeletRoot() string { return n.dirs.kubeletRoot }
+
 // Node is a running single-node cluster.
 type Node struct {
 	// Name is the Kubernetes node name (unique: coffer-node-<hex>).

@@ -100,7 +100,13 @@ func Assets() (string, error) {
 }
 
 // Start brings MinIO and Velero up against c and returns once the storage location is Available.
-func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
+func Start(ctx context.Context, c *cluster.Cluster) (*Stack, error) {
+	return StartOn(ctx, c, "127.0.0.1")
+}
+
+// StartOn is Start with MinIO listening on host: a real node's IP, for pods (Velero's node
+// agent) to reach it.
+func StartOn(ctx context.Context, c *cluster.Cluster, host string) (_ *Stack, err error) {
 	assets, err := Assets()
 	if err != nil {
 		return nil, err
@@ -117,7 +123,7 @@ func Start(ctx context.Context, c *cluster.Cluster) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	if err := s.startMinIO(ctx, assets, dir, "127.0.0.1"); err != nil {
+	if err := s.startMinIO(ctx, assets, dir, host); err != nil {
 		return nil, err
 	}
 	if err := s.S3.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {

@@ -8,6 +8,7 @@ go 1.26.0
 tool (
 	github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws
 	github.com/vmware-tanzu/velero/cmd/velero
+	github.com/vmware-tanzu/velero/cmd/velero-restore-helper
 )
 
 require (

@@ -1,0 +1,379 @@
+//go:build e2e
+
+// Package volumes backs up PersistentVolumes' data on a real node (kubelet, containerd), with
+// volumes from a real dynamic provisioner (Rancher's local-path-provisioner, e2e/harness/localpath).
+// Through driver-velero, Velero's node agent runs as a DaemonSet of the Velero image (built from
+// the pinned module) beside a Velero server process and MinIO on the node's IP, and backs up a
+// pod's volume by file-system backup; the Backup records the volume, and a RestoreJob brings the
+// claim and every file back. Through driver-job, the sample strategy backs up a provisioned claim
+// and restores it into a new one. It needs root (see e2e/harness/node) and is part of `make e2e`:
+// go test -tags e2e ./volumes/.
+package volumes
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/harness/cluster"
+	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/images"
+	"github.com/coffer-backup/coffer/e2e/harness/localpath"
+	"github.com/coffer-backup/coffer/e2e/harness/manifests"
+	"github.com/coffer-backup/coffer/e2e/harness/node"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+)
+
+// env is the suite's node, with its provisioner, Velero (server, node agent) and Coffer's
+// core-controller, driver-velero and driver-job.
+type env struct {
+	ctx   context.Context
+	cl    client.Client
+	n     *node.Node
+	stack *velerostack.Stack
+}
+
+func TestVolumesOnARealNode(t *testing.T) {
+	node.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	assets, err := velerostack.Assets()
+	require.NoError(t, err)
+	work := t.TempDir()
+	root, err := manifests.RepoRoot()
+	require.NoError(t, err)
+	var archives []string
+	for _, i := range []struct{ bin, name string }{{"velero", velerostack.Image}, {"velero-restore-helper", velerostack.RestoreHelperImage}} {
+		img, err := images.Build(ctx, images.Options{Binary: filepath.Join(assets, i.bin), Name: i.name, Path: "/" + i.bin, User: "0:0",
+			Out: filepath.Join(work, i.bin+".oci.tar")})
+		require.NoError(t, err)
+		archives = append(archives, img.Archive)
+	}
+	helper, err := localpath.HelperImageArchive(ctx, work)
+	require.NoError(t, err)
+	agent, err := images.Agent(ctx, root, work)
+	require.NoError(t, err)
+	n, err := node.Start(ctx, node.Options{Images: append(archives, helper, agent.Archive), ServeToPods: true, Logf: t.Logf,
+		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "harness", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node diagnostics:\n%s", n.Diagnostics())
+		}
+		assert.NoError(t, n.Stop())
+	})
+	cl, err := client.New(n.Cluster.Config, client.Options{Scheme: cluster.Scheme})
+	require.NoError(t, err)
+	prov, err := localpath.Start(ctx, cl, filepath.Join(assets, "local-path-provisioner"), n.Cluster.Kubeconfig, filepath.Join(work, "storage"))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("local-path-provisioner:\n%s", prov.Log())
+		}
+		prov.Stop()
+	})
+	stack, err := velerostack.StartOn(ctx, n.Cluster, n.IP)
+	require.NoError(t, err)
+	t.Cleanup(stack.Stop)
+	api, err := url.Parse(n.Cluster.Config.Host)
+	require.NoError(t, err)
+	require.NoError(t, stack.InstallNodeAgent(ctx, velerostack.NodeAgent{KubeletRoot: n.KubeletRoot(), APIHost: api.Hostname(), APIPort: api.Port()}))
+
+	require.NoError(t, manifests.InstallNodeless(ctx, cl, root))
+	for _, module := range []string{"core-controller", "driver-velero", "driver-job"} {
+		c, err := components.Launch(root, work, n.Cluster.Kubeconfig, components.Spec{Module: module, Binary: module, Namespace: "coffer-system"})
+		require.NoError(t, err)
+		t.Cleanup(func() { components.StopAndCheck(t, c) })
+	}
+	// The shipped sample strategies.
+	samples, err := manifests.Render(filepath.Join(root, "deploy", "samples"))
+	require.NoError(t, err)
+	for _, o := range samples {
+		if o.GetKind() == "VeleroBackupStrategy" && o.GetName() == "namespace-with-volumes" || o.GetKind() == "JobBackupStrategy" && o.GetName() == "volume-tar" {
+			require.NoError(t, cl.Create(ctx, o))
+		}
+	}
+	e := &env{ctx: ctx, cl: cl, n: n, stack: stack}
+	t.Run("driver-velero: file-system backup of a provisioned volume, recorded, restored byte for byte", e.velero)
+	t.Run("driver-job: a provisioned claim backed up and restored byte for byte", e.jobDriver)
+}
+
+// application creates a Shop whose pod mounts claim (of the default StorageClass) and fills the
+// volume with random and compressible files; it returns the volume's directory and its tree.
+func (e *env) application(t *testing.T, ns, name, claim string) (dir string, want map[string]string, size int64) {
+	require.NoError(t, e.cl.Create(e.ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps.cozystack.io/v1alpha1", "kind": "Shop",
+		"metadata": map[string]any{"name": name, "namespace": ns}}}))
+	shop(t, e.ctx, e.cl, ns, name, claim)
+	dir = volumeDir(t, e.ctx, e.cl, ns, claim)
+	files := map[string][]byte{"catalog.txt": []byte("tea\ncoffee\n"), "orders/2031/03.csv": []byte("id,qty\n1,2\n"), "orders/empty.csv": nil}
+	blob := make([]byte, 4<<20)
+	_, _ = rand.Read(blob)
+	files["media/blob.bin"] = blob
+	files["logs/app.log"] = bytes.Repeat([]byte("GET /orders 200 12ms\n"), 1<<15)
+	for p, b := range files {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, p), b, 0o644))
+		size += int64(len(b))
+	}
+	return dir, tree(t, dir), size
+}
+
+// backup runs a BackupJob of app with class and returns its Backup, Ready.
+func (e *env) backup(t *testing.T, ns, name, class string, app corev1.TypedLocalObjectReference) *backupsv1.Backup {
+	job := &backupsv1.BackupJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.BackupJobSpec{ApplicationRef: app, BackupClassName: class}}
+	require.NoError(t, e.cl.Create(e.ctx, job))
+	ended(t, e.ctx, e.cl, job, func() bool {
+		return job.Status.Phase == backupsv1.BackupJobSucceeded || job.Status.Phase == backupsv1.BackupJobFailed
+	})
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	require.NotNil(t, job.Status.BackupRef)
+	backup := &backupsv1.Backup{}
+	require.NoError(t, e.cl.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: job.Status.BackupRef.Name}, backup))
+	require.Equal(t, backupsv1.BackupReady, backup.Status.Phase)
+	return backup
+}
+
+// restore runs a RestoreJob of backup and returns it, ended.
+func (e *env) restore(t *testing.T, ns, name string, backup *backupsv1.Backup) *backupsv1.RestoreJob {
+	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: backup.Name}}}
+	require.NoError(t, e.cl.Create(e.ctx, rj))
+	ended(t, e.ctx, e.cl, rj, func() bool {
+		return rj.Status.Phase == backupsv1.RestoreJobSucceeded || rj.Status.Phase == backupsv1.RestoreJobFailed
+	})
+	return rj
+}
+
+// lose deletes the application's pod and claim, and waits until the provisioner has removed the
+// volume's data.
+func (e *env) lose(t *testing.T, ns, pod, claim, dir string) {
+	require.NoError(t, e.cl.Delete(e.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}}, client.GracePeriodSeconds(0)))
+	require.NoError(t, e.cl.Delete(e.ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: ns}}))
+	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err), nil
+	}), "the volume's directory is gone")
+}
+
+func (e *env) namespace(t *testing.T, prefix string) string {
+	ns, err := e.n.Cluster.Namespace(e.ctx, prefix)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			dump(t, e.cl, ns)
+		}
+	})
+	return ns
+}
+
+func (e *env) velero(t *testing.T) {
+	ctx, cl := e.ctx, e.cl
+	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "velero-volumes"}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: "namespace-with-volumes"},
+			Parameters:  map[string]string{"backupStorageLocationName": velerostack.BSLName}}}}}))
+	ns := e.namespace(t, "shop")
+	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "shop"}
+	dir, want, size := e.application(t, ns, "shop", "data")
+
+	// A backup: the Backup records the volume's data.
+	backup := e.backup(t, ns, "shop-1", "velero-volumes", app)
+	data, ok, err := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
+	require.NoError(t, err)
+	require.True(t, ok, "the Backup records its volume data: %s", backup.Status.UnderlyingResources)
+	require.Len(t, data.Volumes, 1)
+	v := data.Volumes[0]
+	assert.Equal(t, veleroapi.VolumeMethodFileSystem, v.Method)
+	assert.Equal(t, ns, v.Namespace)
+	assert.Equal(t, "shop", v.Pod)
+	assert.Equal(t, "data", v.PodVolume)
+	assert.Equal(t, "kopia", v.Uploader)
+	assert.Equal(t, "Completed", v.Phase)
+	assert.NotEmpty(t, v.SnapshotID)
+	assert.Equal(t, velerostack.BSLName, v.StorageLocation)
+	assert.Equal(t, size, v.Bytes, "the uploader counted every byte of the files")
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data"}, pvc))
+	assert.Equal(t, string(pvc.UID), v.PersistentVolumeClaimUID)
+
+	// The volume is lost: the pod and the claim are deleted, the provisioner removes the data.
+	e.lose(t, ns, "shop", "data", dir)
+
+	// Without the resource modifier that unbinds restored claims, the restore of a Backup with
+	// volume data fails at once, saying what to create; nothing is restored.
+	unconfigured := e.restore(t, ns, "shop-unconfigured", backup)
+	require.Equal(t, backupsv1.RestoreJobFailed, unconfigured.Status.Phase)
+	assert.Equal(t, "ClaimsModifierMissing", meta.FindStatusCondition(unconfigured.Status.Conditions, backupsv1.ConditionReady).Reason)
+	assert.Contains(t, unconfigured.Status.Message, "create ConfigMap "+veleroapi.RestoreClaimsModifier+" in namespace "+velerostack.Namespace)
+	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data"}, &corev1.PersistentVolumeClaim{})), "nothing was restored")
+
+	// With it (docs/driver-velero.md), a RestoreJob brings the claim, the pod and every file back.
+	require.NoError(t, cl.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: veleroapi.RestoreClaimsModifier, Namespace: velerostack.Namespace},
+		Data: map[string]string{veleroapi.RestoreClaimsModifierKey: veleroapi.RestoreClaimsModifierRules}}))
+	rj := e.restore(t, ns, "shop-1", backup)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	running(t, ctx, cl, ns, "shop")
+	got := tree(t, volumeDir(t, ctx, cl, ns, "data"))
+	for p := range got {
+		if p == ".velero" || strings.HasPrefix(p, ".velero/") {
+			delete(got, p) // the marker Velero's restore leaves for its init container
+		}
+	}
+	assert.Equal(t, want, got, "every file is back byte for byte")
+}
+
+// jobDriver: the sample JobBackupStrategy (volume-tar) backs up the claim <application>-data,
+// provisioned like any user's, and restores it into a new claim of the same name.
+func (e *env) jobDriver(t *testing.T) {
+	ctx, cl := e.ctx, e.cl
+	const bucket = "coffer-job" // beside Velero's
+	require.NoError(t, e.stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}))
+	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "job-volumes"}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: "volume-tar"},
+			Parameters:  map[string]string{"endpoint": e.stack.S3URL(), "bucket": bucket, "credentialsSecret": "coffer-s3"}}}}}))
+	ns := e.namespace(t, "cart")
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-s3", Namespace: ns},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": velerostack.AccessKey, "AWS_SECRET_ACCESS_KEY": velerostack.SecretKey}}))
+	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "cart"}
+	dir, want, size := e.application(t, ns, "cart", "cart-data")
+
+	backup := e.backup(t, ns, "cart-1", "job-volumes", app)
+	assert.Greater(t, backup.Status.Artifact.SizeBytes, int64(0))
+	t.Logf("Backup %s: %s, %d bytes of %d in the volume", backup.Name, backup.Status.Artifact.URI, backup.Status.Artifact.SizeBytes, size)
+
+	// The volume is lost; the application gets a new, empty claim, which the restore fills. The
+	// backup's Job goes first, as its ttlSecondsAfterFinished would make it go: Kubernetes keeps a
+	// claim that any scheduled pod names, finished or not (docs/driver-job.md).
+	require.NoError(t, cl.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	e.lose(t, ns, "cart", "cart-data", dir)
+	claim(t, ctx, cl, ns, "cart-data")
+	rj := e.restore(t, ns, "cart-1", backup)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	assert.Equal(t, want, tree(t, volumeDir(t, ctx, cl, ns, "cart-data")), "every file is back byte for byte")
+}
+
+// shop creates a claim of the default StorageClass and a pod that mounts it, and waits until the
+// pod runs (the claim is then bound: WaitForFirstConsumer).
+func shop(t *testing.T, ctx context.Context, cl client.Client, ns, name, claimName string) {
+	claim(t, ctx, cl, ns, claimName)
+	require.NoError(t, cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "shop", Image: images.PauseName, ImagePullPolicy: corev1.PullNever,
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}}},
+	}}))
+	running(t, ctx, cl, ns, name)
+}
+
+// claim creates a claim of 256 MiB of the default StorageClass.
+func claim(t *testing.T, ctx context.Context, cl client.Client, ns, name string) {
+	require.NoError(t, cl.Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("256Mi")}}}}))
+}
+
+// dump logs what Velero and the namespace hold, for a failed test.
+func dump(t *testing.T, cl client.Client, ns string) {
+	for _, l := range []struct{ apiVersion, kind, ns string }{
+		{"velero.io/v1", "RestoreList", velerostack.Namespace}, {"velero.io/v1", "PodVolumeRestoreList", velerostack.Namespace},
+		{"velero.io/v1", "PodVolumeBackupList", velerostack.Namespace}, {"v1", "PodList", ns}, {"v1", "PodList", velerostack.Namespace},
+		{"v1", "PersistentVolumeClaimList", ns}, {"backups.cozystack.io/v1alpha1", "RestoreJobList", ns},
+	} {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion(l.apiVersion)
+		list.SetKind(l.kind)
+		if err := cl.List(context.Background(), list, client.InNamespace(l.ns)); err != nil {
+			t.Logf("%s: %v", l.kind, err)
+			continue
+		}
+		for _, o := range list.Items {
+			t.Logf("%s %s/%s: spec %v\nstatus %v", l.kind, o.GetNamespace(), o.GetName(), o.Object["spec"], o.Object["status"])
+		}
+	}
+}
+
+// ended waits until done says o (re-read each second) has ended.
+func ended(t *testing.T, ctx context.Context, cl client.Client, o client.Object, done func() bool) {
+	t.Helper()
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return false, err
+		}
+		return done(), nil
+	}), "%T %s ended", o, o.GetName())
+}
+
+func running(t *testing.T, ctx context.Context, cl client.Client, ns, name string) {
+	t.Helper()
+	p := &corev1.Pod{}
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return p.Status.Phase == corev1.PodRunning, nil
+	}), "pod %s/%s runs: %v", ns, name, p.Status)
+}
+
+// volumeDir is the directory on the node that holds claim's volume.
+func volumeDir(t *testing.T, ctx context.Context, cl client.Client, ns, claim string) string {
+	t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc))
+	require.NotEmpty(t, pvc.Spec.VolumeName, "the claim is bound")
+	pv := &corev1.PersistentVolume{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv))
+	require.NotNil(t, pv.Spec.Local, "a local volume")
+	return pv.Spec.Local.Path
+}
+
+// tree maps every regular file under dir to its SHA-256, and every directory to "dir".
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.IsDir():
+			out[rel] = "dir"
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			out[rel] = hex.EncodeToString(sum[:])
+		default:
+			out[rel] = d.Type().String()
+		}
+		return nil
+	}))
+	return out
+}
