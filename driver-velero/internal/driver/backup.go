@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -91,6 +92,11 @@ func (d *Driver) ensureVeleroBackup(ctx context.Context, run *driverkit.BackupRu
 		spec.StorageLocation = run.Resolved.Parameters[names.ParamStorageLocation]
 	}
 	spec.ExcludedResources = appendMissing(spec.ExcludedResources, names.ExcludedResources...)
+	// Velero's own waits (a CSI snapshot becoming ready; asynchronous item operations such as
+	// moving a snapshot's data, 4h by Velero's default) end by the run's deadline: a run that
+	// fails at its deadline leaves no data movement running for hours after.
+	withinDeadline(&spec.CSISnapshotTimeout, run.Deadline.Sub(run.Now))
+	withinDeadline(&spec.ItemOperationTimeout, run.Deadline.Sub(run.Now))
 	if err := d.checkTTL(ctx, job, strat, &spec); err != nil {
 		return nil, err
 	}
@@ -304,4 +310,12 @@ func appendMissing(list []string, items ...string) []string {
 		}
 	}
 	return list
+}
+
+// withinDeadline lowers a Velero timeout to left, the time until the run's deadline, when it is
+// unset (Velero's default) or longer.
+func withinDeadline(timeout *metav1.Duration, left time.Duration) {
+	if left > 0 && (timeout.Duration <= 0 || timeout.Duration > left) {
+		timeout.Duration = left.Round(time.Second)
+	}
 }

@@ -140,6 +140,7 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	}
 	noCluster := false
 	spec.IncludeClusterResources = &noCluster
+	withinDeadline(&spec.ItemOperationTimeout, run.Deadline.Sub(run.Now)) // as a backup's
 	if spec.ResourceModifier == nil {
 		if err := d.unbindClaims(ctx, veleroNS, backup, &spec); err != nil {
 			return nil, err

@@ -19,6 +19,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/driver"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
@@ -133,6 +134,12 @@ func TestTTLShorterThanRetentionIsRefused(t *testing.T) {
 		j, vb := run(t, "two-weeks", "two-weeks", month)
 		proceeds(t, j, vb)
 		assert.Equal(t, 720*time.Hour, vb.Spec.TTL.Duration)
+		// Velero's own waits end by the run's deadline (the strategy sets none: an hour), not
+		// Velero's default of 4h for item operations.
+		for name, d := range map[string]time.Duration{"itemOperationTimeout": vb.Spec.ItemOperationTimeout.Duration, "csiSnapshotTimeout": vb.Spec.CSISnapshotTimeout.Duration} {
+			assert.Greater(t, d, 50*time.Minute, name)
+			assert.LessOrEqual(t, d, driver.DefaultDeadline, name)
+		}
 	})
 	t.Run("the class's deletionDelay counts", func(t *testing.T) {
 		j, vb := run(t, "two-weeks-delayed", "two-weeks-delayed", delayed)
