@@ -141,7 +141,9 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	noCluster := false
 	spec.IncludeClusterResources = &noCluster
 	withinDeadline(&spec.ItemOperationTimeout, run.Deadline.Sub(run.Now)) // as a backup's
-	if spec.ResourceModifier == nil {
+	// An inert restore (a verification's) runs no pod, so no claim of it is ever used, and its
+	// objects are compared with the backup's as they were: it is restored unmodified.
+	if spec.ResourceModifier == nil && !rj.Spec.IsTrue(backupsv1.OptionInert) {
 		if err := d.unbindClaims(ctx, veleroNS, backup, &spec); err != nil {
 			return nil, err
 		}
@@ -248,8 +250,8 @@ func (d *Driver) restoredItems(ctx context.Context, vr *velerov1.Restore, locati
 	return items, failed
 }
 
-// unbindClaims makes the restore apply the claims modifier (veleroapi.RestoreClaimsModifier) when
-// Velero's namespace holds it: cluster-scoped resources are never restored, so a restored claim
+// unbindClaims makes a restore that is not inert apply the claims modifier
+// (veleroapi.RestoreClaimsModifier) when Velero's namespace holds it: cluster-scoped resources are never restored, so a restored claim
 // must not name the volume it had. A Backup that records volume data cannot be restored without
 // it (its claims would wait for their old volumes until the run's deadline): the run fails
 // ClaimsModifierMissing, saying how to create it. A Backup without recorded volume data is

@@ -1,0 +1,110 @@
+package realstack
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+)
+
+// TestRestoresUnbindClaims: a restore of a Backup that records volume data, in a Velero namespace
+// without the claims modifier, fails ClaimsModifierMissing before anything is created; an inert
+// restore of it (a verification's: no pod runs, and its objects are compared with the backup's as
+// they were) proceeds unmodified; once the modifier exists, a restore applies it, and an inert one
+// still does not. The restores are not served by a Velero server (their namespace has none): the
+// test calls the reconciler and looks at what it created. e2e/volumes restores volumes for real.
+func TestRestoresUnbindClaims(t *testing.T) {
+	ctx := context.Background()
+	suffix := time.Now().Format("150405")
+	ns, veleroNS := "claims-"+suffix, "claims-velero-"+suffix
+	for _, n := range []string{ns, veleroNS} {
+		require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
+	}
+	shop(t, ns, "shop")
+	ref := corev1.TypedLocalObjectReference{APIGroup: ptr(veleroapi.Group), Kind: veleroapi.Kind, Name: ns}
+	require.NoError(t, cl.Create(ctx, &veleroapi.VeleroBackupStrategy{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: veleroapi.VeleroBackupStrategySpec{
+		VeleroNamespace: veleroNS,
+		BackupTemplate:  veleroapi.VeleroTemplate{Spec: k8sruntime.RawExtension{Raw: []byte(`{"includedNamespaces": ["{{ .Application.metadata.namespace }}"]}`)}},
+	}}))
+	volumes, err := veleroapi.VolumeData{Volumes: []veleroapi.VolumeRecord{{Method: veleroapi.VolumeMethodFileSystem, Namespace: ns, Pod: "shop", PodVolume: "data",
+		Uploader: "kopia", StorageLocation: velerostack.BSLName, SnapshotID: "3862bcd83f5c2fa5b9b0339af4b29033", Bytes: 4096, Phase: "Completed", Source: "shop-x"}}}.Raw()
+	require.NoError(t, err)
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "with-volumes", Namespace: ns}, Spec: backupsv1.BackupSpec{
+		ApplicationRef: corev1.TypedLocalObjectReference{APIGroup: ptr(backupsv1.DefaultApplicationAPIGroup), Kind: "Shop", Name: "shop"},
+		StrategyRef:    ref, TakenAt: metav1.Now(),
+		DriverMetadata: map[string]string{names.MetaNamespace: veleroNS, names.MetaBackupName: "with-volumes", names.MetaStorageLocation: velerostack.BSLName},
+	}}
+	require.NoError(t, cl.Create(ctx, b))
+	b.Status.Phase = backupsv1.BackupReady
+	b.Status.Artifact = &backupsv1.BackupArtifact{URI: "s3://coffer/velero/backups/with-volumes/with-volumes.tar.gz"}
+	b.Status.UnderlyingResources = volumes
+	require.NoError(t, cl.Status().Update(ctx, b))
+
+	restores := newKit(cl, events.NewFakeRecorder(100)).RestoreJobReconciler()
+	// restore reconciles a RestoreJob of b (inert or not) once and returns it with its Velero
+	// Restore, nil when none was created.
+	restore := func(t *testing.T, name string, inert bool) (*backupsv1.RestoreJob, *velerov1.Restore) {
+		t.Helper()
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}}}
+		if inert {
+			rj.Spec.Options = &k8sruntime.RawExtension{Raw: []byte(`{"` + backupsv1.OptionInert + `": "true"}`)}
+		}
+		require.NoError(t, cl.Create(ctx, rj))
+		_, err := restores.Reconcile(ctx, requestFor(rj))
+		require.NoError(t, err)
+		require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(rj), rj))
+		vr := &velerov1.Restore{}
+		err = cl.Get(ctx, client.ObjectKey{Namespace: veleroNS, Name: names.VeleroRestore(rj)}, vr)
+		if apierrors.IsNotFound(err) {
+			return rj, nil
+		}
+		require.NoError(t, err)
+		return rj, vr
+	}
+
+	t.Run("without the modifier a restore of volume data fails at once", func(t *testing.T) {
+		rj, vr := restore(t, "unconfigured", false)
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase, rj.Status.Message)
+		assert.Equal(t, "ClaimsModifierMissing", meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady).Reason)
+		assert.Contains(t, rj.Status.Message, "Backup with-volumes holds the data of 1 volume(s)")
+		assert.Contains(t, rj.Status.Message, "create ConfigMap coffer-restore-claims in namespace "+veleroNS)
+		assert.Nil(t, vr, "no Velero Restore is created")
+	})
+	t.Run("an inert restore proceeds unmodified", func(t *testing.T) {
+		rj, vr := restore(t, "inert-unconfigured", true)
+		require.Equal(t, backupsv1.RestoreJobRunning, rj.Status.Phase, rj.Status.Message)
+		require.NotNil(t, vr)
+		assert.Nil(t, vr.Spec.ResourceModifier)
+	})
+
+	require.NoError(t, cl.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: veleroapi.RestoreClaimsModifier, Namespace: veleroNS},
+		Data: map[string]string{veleroapi.RestoreClaimsModifierKey: veleroapi.RestoreClaimsModifierRules}}))
+	t.Run("with the modifier a restore applies it", func(t *testing.T) {
+		rj, vr := restore(t, "configured", false)
+		require.Equal(t, backupsv1.RestoreJobRunning, rj.Status.Phase, rj.Status.Message)
+		require.NotNil(t, vr)
+		require.NotNil(t, vr.Spec.ResourceModifier)
+		assert.Equal(t, corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: veleroapi.RestoreClaimsModifier}, *vr.Spec.ResourceModifier)
+	})
+	t.Run("an inert restore still does not", func(t *testing.T) {
+		rj, vr := restore(t, "inert-configured", true)
+		require.Equal(t, backupsv1.RestoreJobRunning, rj.Status.Phase, rj.Status.Message)
+		require.NotNil(t, vr)
+		assert.Nil(t, vr.Spec.ResourceModifier)
+	})
+}
