@@ -83,6 +83,11 @@ const (
 	CodeSandboxTampered = "sandbox-tampered"
 )
 
+// CodeVolumeDataNotVerified: a full-restore compared a Backup's objects, but the Backup records
+// volume data (driver-velero's VeleroVolumeData) that the verification neither restored nor
+// compared; info: it says what the verdict does not cover.
+const CodeVolumeDataNotVerified = "volume-data-not-verified"
+
 // CodeCheckNotRun: the verifier could not run one of its checks. It is a fault of the verifier's
 // environment, not evidence about the backup, so it ranks after the codes that are.
 const CodeCheckNotRun = "check-not-run"
@@ -94,7 +99,7 @@ var codePriority = func() map[string]int {
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
 		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,
 		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded, CodeChecksumFirstUse,
-		CodeCleanupFailed, CodeCleanupDeferred, CodeFindingsTruncated, CodeChecksumMatch, CodeRestoreSucceeded,
+		CodeCleanupFailed, CodeCleanupDeferred, CodeFindingsTruncated, CodeChecksumMatch, CodeRestoreSucceeded, CodeVolumeDataNotVerified,
 	}
 	m := make(map[string]int, len(order))
 	for i, c := range order {

@@ -524,6 +524,35 @@ func TestCofferFullRestoreComparesContent(t *testing.T) {
 		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
 	})
 
+	// A Backup that records volume data passes on its objects, and its Result says that the
+	// volumes' data was neither restored nor compared (info: the verdict does not cover it).
+	t.Run("volume data is said to be unverified", func(t *testing.T) {
+		withVolumes := cofferBackupIn(t, ns, ns+"-volumes", velerodriverv1.Group, dm, backupsv1.BackupReady,
+			&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + velerostack.ObjectKey(vb.Name), Checksum: vb.Annotations[backupsv1.AnnotationChecksum]})
+		raw, err := velerodriverv1.VolumeData{Volumes: []velerodriverv1.VolumeRecord{{Method: velerodriverv1.VolumeMethodFileSystem, Namespace: ns,
+			Pod: "shop", PodVolume: "data", Uploader: "kopia", SnapshotID: "3862bcd83f5c2fa5b9b0339af4b29033", Bytes: 4882454, Phase: "Completed", Source: "shop-x"}}}.Raw()
+		require.NoError(t, err)
+		withVolumes.Status.UnderlyingResources = raw
+		require.NoError(t, cl.Status().Update(context.Background(), withVolumes))
+		h := cofferHarness(t)
+		run := newRun(t, ns+"-volumes", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: withVolumes.Name, Namespace: ns},
+			Mode: securityv1.ModeFullRestore, SandboxNamespace: ns + "-c-bvsandbox", Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+		playDriverVelero(t, h, run, withVolumes)
+		h.finish(run)
+		r := result(t, run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%s\n%s", run.Status.Message, findingsOf(r.Spec.Findings))
+		require.ElementsMatch(t, []string{securityv1.CodeRestoreSucceeded, securityv1.CodeVolumeDataNotVerified}, codes(r.Spec.Findings), findingsOf(r.Spec.Findings))
+		for _, f := range r.Spec.Findings {
+			if f.Code == securityv1.CodeVolumeDataNotVerified {
+				assert.Equal(t, securityv1.SeverityInfo, f.Severity)
+				assert.Contains(t, f.Message, "1 volume(s): "+ns+"/shop/data (FileSystem, snapshot 3862bcd83f5c2fa5b9b0339af4b29033, 4882454 bytes)")
+			} else {
+				assert.Contains(t, f.Message, "its volume data was not verified")
+			}
+		}
+		assertVerdict(t, withVolumes, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
+	})
+
 	t.Run("tampered objects are content mismatches", func(t *testing.T) {
 		h := cofferHarness(t)
 		sandbox := ns + "-b-bvsandbox"

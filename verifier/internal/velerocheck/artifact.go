@@ -76,11 +76,45 @@ func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.Bac
 	if compared == "" {
 		compared = "0"
 	}
+	var msg string
 	if len(vout.Findings) > 0 {
-		return vout, fmt.Sprintf("compared with Velero backup %s: %s object(s) compared by content, %d finding(s)", ref, compared, len(vout.Findings)), nil
+		msg = fmt.Sprintf("compared with Velero backup %s: %s object(s) compared by content, %d finding(s)", ref, compared, len(vout.Findings))
+	} else {
+		msg = fmt.Sprintf("compared with Velero backup %s: all %d object(s) of namespace %s it restores are in the sandbox, %s of them compared by content and identical",
+			ref, vout.ObjectsExpected, b.Namespace, compared)
 	}
-	return vout, fmt.Sprintf("compared with Velero backup %s: all %d object(s) of namespace %s it restores are in the sandbox, %s of them compared by content and identical",
-		ref, vout.ObjectsExpected, b.Namespace, compared), nil
+	if volumes := unverifiedVolumes(b); volumes != "" {
+		vout.Add(securityv1.CodeVolumeDataNotVerified, securityv1.SeverityInfo, "backups.cozystack.io/Backup "+b.Namespace+"/"+b.Name,
+			"the Backup records volume data that this verification neither restored nor compared: "+volumes)
+		msg += "; its volume data was not verified"
+	}
+	return vout, msg, nil
+}
+
+// unverifiedVolumes lists the volumes whose data Backup b records (driver-velero's
+// VeleroVolumeData), for a full-restore that restores and compares objects only; "" when it
+// records none.
+func unverifiedVolumes(b *backupsv1.Backup) string {
+	data, _, err := velerodriverv1.VolumeDataOf(b.Status.UnderlyingResources)
+	if err != nil {
+		return "its record of them does not parse: " + err.Error()
+	}
+	var names []string
+	for _, v := range data.Volumes {
+		name := v.Namespace + "/" + v.PersistentVolumeClaim
+		if v.Pod != "" {
+			name = v.Namespace + "/" + v.Pod + "/" + v.PodVolume
+		}
+		snapshot := v.SnapshotID
+		if snapshot == "" {
+			snapshot = "none"
+		}
+		names = append(names, fmt.Sprintf("%s (%s, snapshot %s, %d bytes)", name, v.Method, snapshot, v.Bytes))
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return backend.Truncate(fmt.Sprintf("%d volume(s): %s", len(names), strings.Join(names, ", ")), 2048)
 }
 
 // veleroRun is run with its backupRef turned to the Velero backup that driver-velero recorded for
