@@ -60,6 +60,12 @@ func (d *Driver) ensureVeleroBackup(ctx context.Context, run *driverkit.BackupRu
 	key := client.ObjectKey{Namespace: veleroNamespace(strat), Name: names.VeleroBackup(job)}
 	vb := &velerov1.Backup{}
 	err := d.Client.Get(ctx, key, vb)
+	if apierrors.IsNotFound(err) && d.settles() {
+		// The cache holds no settled Velero backup (settle.go): a run whose backup was settled
+		// before a crash (between the settle patch and its Backup's creation) finds it here,
+		// rather than failing to create it again until its deadline.
+		err = d.Live.Get(ctx, key, vb)
+	}
 	if err == nil {
 		if vb.Labels[backupsv1.LabelBackupJobUID] != string(job.UID) {
 			return nil, driverkit.Failf(backupsv1.ReasonNameConflict,
@@ -135,6 +141,12 @@ func (d *Driver) complete(ctx context.Context, run *driverkit.BackupRun[Strategy
 			return nil, err
 		}
 	}
+	// Its volume data, read before it is settled: nothing that can fail comes between settling
+	// it and the Backup that records it.
+	volumes, err := d.volumeData(ctx, vb)
+	if err != nil {
+		return nil, err
+	}
 	// Measured, the Velero backup is settled (settle.go) with the same write: the Backup made
 	// from it next needs nothing more of it than a watch of its going.
 	if settle := d.settles() && vb.Labels[names.LabelSettled] != "true"; settle || vb.Annotations[backupsv1.AnnotationChecksum] != artifact.Checksum {
@@ -159,10 +171,6 @@ func (d *Driver) complete(ctx context.Context, run *driverkit.BackupRun[Strategy
 		if details := d.results(ctx, vb); len(details) > 0 {
 			partial.Message += ":\n" + strings.Join(details, "\n")
 		}
-	}
-	volumes, err := d.volumeData(ctx, vb)
-	if err != nil {
-		return nil, err
 	}
 	_ = download.Cleanup(ctx, d.Client, vb.Namespace, names.Download(vb.Name))
 	var takenAt *metav1.Time
