@@ -7,7 +7,9 @@ require (
 	github.com/coffer-backup/coffer/e2e/harness v0.0.0
 	github.com/coffer-backup/coffer/velerokit v0.0.0
 	github.com/go-logr/logr v1.4.4
+	github.com/kopia/kopia v0.16.0
 	github.com/minio/minio-go/v7 v7.4.1
+	github.com/pkg/errors v0.9.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
 	github.com/vmware-tanzu/velero v1.18.3
@@ -25,7 +27,24 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
-require go.opentelemetry.io/otel/sdk/metric v1.45.0 // indirect
+require (
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.20.0 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/internal v1.11.2 // indirect
+	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.6.3 // indirect
+	github.com/chmduquesne/rollinghash v4.0.0+incompatible // indirect
+	github.com/edsrzf/mmap-go v1.2.0 // indirect
+	github.com/go-ole/go-ole v1.3.0 // indirect
+	github.com/hashicorp/cronexpr v1.1.3 // indirect
+	github.com/klauspost/pgzip v1.2.6 // indirect
+	github.com/klauspost/reedsolomon v1.12.6 // indirect
+	github.com/mxk/go-vss v1.2.0 // indirect
+	github.com/natefinch/atomic v1.0.1 // indirect
+	github.com/petar/GoLLRB v0.0.0-20210522233825-ae3b015fd3e9 // indirect
+	github.com/pierrec/lz4 v2.6.1+incompatible // indirect
+	github.com/zeebo/blake3 v0.2.4 // indirect
+	go.opentelemetry.io/otel/sdk/metric v1.45.0 // indirect
+	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -4,9 +4,10 @@
 // volumes from a real dynamic provisioner (Rancher's local-path-provisioner, e2e/harness/localpath).
 // Through driver-velero, Velero's node agent runs as a DaemonSet of the Velero image (built from
 // the pinned module) beside a Velero server process and MinIO on the node's IP, and backs up a
-// pod's volume by file-system backup; the Backup records the volume, and a RestoreJob brings the
-// claim and every file back. Through driver-job, the sample strategy backs up a provisioned claim
-// and restores it into a new one. It needs root (see e2e/harness/node) and is part of `make e2e`:
+// pod's volume by file-system backup; the Backup records the volume, the verifier (as its
+// ServiceAccount) reads every file of the volume's snapshot from Velero's repository and finds one
+// flipped byte in it, and a RestoreJob brings the claim and every file back. Through driver-job,
+// the sample strategy backs up a provisioned claim and restores it into a new one. It needs root (see e2e/harness/node) and is part of `make e2e`:
 // go test -tags e2e ./volumes/.
 package volumes
 
@@ -16,10 +17,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +43,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/components"
@@ -221,6 +225,15 @@ func (e *env) velero(t *testing.T) {
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data"}, pvc))
 	assert.Equal(t, string(pvc.UID), v.PersistentVolumeClaimUID)
 
+	// The verifier reads the volume's data from the repository Velero's node agent wrote.
+	var files int64
+	for _, sum := range want {
+		if sum != "dir" {
+			files++
+		}
+	}
+	e.verifyVolumeData(t, ns, backup, v, files, size)
+
 	// The volume is lost: the pod and the claim are deleted, the provisioner removes the data.
 	e.lose(t, ns, "shop", "data", dir)
 
@@ -245,6 +258,85 @@ func (e *env) velero(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, got, "every file is back byte for byte")
+}
+
+// verifyVolumeData runs the verifier (as its ServiceAccount, with deploy/verifier/velero applied)
+// on Backup b: checksum-only reads every file of the volume's kopia snapshot from the repository
+// Velero wrote; with one byte flipped in one of the repository's packs, the same verification is a
+// critical finding naming the volume.
+func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v veleroapi.VolumeRecord, files, size int64) {
+	ctx, cl := e.ctx, e.cl
+	root, err := manifests.RepoRoot()
+	require.NoError(t, err)
+	objs, err := manifests.Render(filepath.Join(root, "deploy", "verifier", "velero"))
+	require.NoError(t, err)
+	require.NoError(t, manifests.Apply(ctx, cl, objs))
+	verifier, err := components.Launch(root, t.TempDir(), e.n.Cluster.Kubeconfig, components.Spec{Module: "verifier", Binary: "verifier",
+		Namespace: "ugallu-system", Args: []string{"--cluster-id=volumes", "--etcd-snapshot-dir=" + t.TempDir()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { components.StopAndCheck(t, verifier) })
+	verify := func(name string) *securityv1.BackupVerifyResult {
+		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: securityv1.BackupVerifyRunSpec{
+			Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name}, Mode: securityv1.ModeChecksumOnly,
+			Timeout: &metav1.Duration{Duration: 5 * time.Minute}}}
+		require.NoError(t, cl.Create(ctx, run))
+		ended(t, ctx, cl, run, func() bool { return run.Status.Phase.IsTerminal() })
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v\nverifier log:\n%s", run.Status, verifier.Tail())
+		res := &securityv1.BackupVerifyResult{}
+		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: run.Status.ResultName()}, res))
+		return res
+	}
+	codes := func(res *securityv1.BackupVerifyResult) []string {
+		var out []string
+		for _, f := range res.Spec.Findings {
+			out = append(out, f.Code)
+		}
+		return out
+	}
+
+	res := verify("volume-data")
+	assert.ElementsMatch(t, []string{securityv1.CodeChecksumMatch, securityv1.CodeVolumeDataMatch}, codes(res), "%+v", res.Spec.Findings)
+	assert.Equal(t, "1", res.Spec.Details["volumeSnapshotsRead"])
+	assert.Equal(t, strconv.FormatInt(files, 10), res.Spec.Details["volumeFilesRead"])
+	assert.Equal(t, strconv.FormatInt(size, 10), res.Spec.Details["volumeBytesRead"])
+
+	// One byte flipped in the middle of the repository's largest pack.
+	prefix := velerostack.Prefix + "/kopia/" + ns + "/p"
+	var key string
+	var largest int64
+	for o := range e.stack.S3.ListObjects(ctx, velerostack.Bucket, minio.ListObjectsOptions{Prefix: prefix}) {
+		require.NoError(t, o.Err)
+		if o.Size > largest {
+			key, largest = o.Key, o.Size
+		}
+	}
+	require.NotEmpty(t, key, "Velero's repository for %s holds packs under %s", ns, prefix)
+	obj, err := e.stack.S3.GetObject(ctx, velerostack.Bucket, key, minio.GetObjectOptions{})
+	require.NoError(t, err)
+	orig, err := io.ReadAll(obj)
+	obj.Close()
+	require.NoError(t, err)
+	put := func(data []byte) {
+		_, err := e.stack.S3.PutObject(ctx, velerostack.Bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
+		require.NoError(t, err)
+	}
+	flipped := bytes.Clone(orig)
+	flipped[len(flipped)/2] ^= 0x01
+	put(flipped)
+	res = verify("volume-data-flipped")
+	put(orig)
+	assert.Equal(t, securityv1.SeverityCritical, res.Status.WorstSeverity)
+	var corrupt *securityv1.Finding
+	for i, f := range res.Spec.Findings {
+		if f.Code == securityv1.CodeVolumeDataCorrupt {
+			corrupt = &res.Spec.Findings[i]
+		}
+	}
+	require.NotNil(t, corrupt, "%+v", res.Spec.Findings)
+	assert.Equal(t, securityv1.SeverityCritical, corrupt.Severity)
+	assert.Contains(t, corrupt.Object, "velero.io/PodVolumeBackup "+velerostack.Namespace+"/")
+	assert.Contains(t, corrupt.Message, "volume "+v.PodVolume+" of pod "+ns+"/"+v.Pod)
+	assert.Contains(t, corrupt.Message, v.SnapshotID)
 }
 
 // jobDriver: the sample JobBackupStrategy (volume-tar) backs up the claim <application>-data,

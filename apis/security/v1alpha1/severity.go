@@ -88,18 +88,35 @@ const (
 // compared; info: it says what the verdict does not cover.
 const CodeVolumeDataNotVerified = "volume-data-not-verified"
 
+// Codes of the volume data of a Velero backup (file-system backup or data movement, uploader
+// kopia), which checksum-only reads from its kopia repository.
+const (
+	// CodeVolumeDataCorrupt: a content of a volume's snapshot does not verify (its hash, its
+	// decryption or decompression); critical.
+	CodeVolumeDataCorrupt = "volume-data-corrupt"
+	// CodeVolumeDataMissing: a volume's snapshot, or a content, object or blob it needs, is not in
+	// the repository, or the repository is not there; critical.
+	CodeVolumeDataMissing = "volume-data-missing"
+	// CodeVolumeDataMatch: every file of every volume snapshot was read whole and verified; info.
+	CodeVolumeDataMatch = "volume-data-match"
+	// CodeVolumeDataNotRead: a volume's data is not of a kind checksum-only reads (another
+	// uploader than kopia, a snapshot left in the storage system) or not complete in Velero;
+	// medium: the verdict does not cover it.
+	CodeVolumeDataNotRead = "volume-data-not-read"
+)
+
 // CodeCheckNotRun: the verifier could not run one of its checks. It is a fault of the verifier's
 // environment, not evidence about the backup, so it ranks after the codes that are.
 const CodeCheckNotRun = "check-not-run"
 
 var codePriority = func() map[string]int {
 	order := []string{
-		CodeChecksumMismatch, CodeSizeMismatch, CodeArtifactMissing, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned, CodeSandboxTampered,
+		CodeChecksumMismatch, CodeSizeMismatch, CodeArtifactMissing, CodeVolumeDataCorrupt, CodeVolumeDataMissing, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned, CodeSandboxTampered,
 		CodeBackupNotFound, CodeBackupNotReady,
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
 		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,
-		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded, CodeChecksumFirstUse,
-		CodeCleanupFailed, CodeCleanupDeferred, CodeFindingsTruncated, CodeChecksumMatch, CodeRestoreSucceeded, CodeVolumeDataNotVerified,
+		CodeStorageUnavailable, CodeVeleroBackupNotComplete, CodeChecksumNotRecorded, CodeChecksumFirstUse, CodeVolumeDataNotRead,
+		CodeCleanupFailed, CodeCleanupDeferred, CodeFindingsTruncated, CodeChecksumMatch, CodeVolumeDataMatch, CodeRestoreSucceeded, CodeVolumeDataNotVerified,
 	}
 	m := make(map[string]int, len(order))
 	for i, c := range order {

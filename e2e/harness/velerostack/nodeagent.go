@@ -57,8 +57,7 @@ func (s *Stack) InstallNodeAgent(ctx context.Context, a NodeAgent) error {
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "velero-" + Namespace},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "velero", Namespace: Namespace}}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials", Namespace: Namespace},
-			StringData: map[string]string{"cloud": credentialsINI()}},
+		CloudCredentials(),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fs-restore-action-config", Namespace: Namespace,
 			Labels: map[string]string{"velero.io/plugin-config": "", "velero.io/pod-volume-restore": "RestoreItemAction"}},
 			Data: map[string]string{"image": RestoreHelperImage}},
@@ -117,4 +116,12 @@ func (s *Stack) InstallNodeAgent(ctx context.Context, a NodeAgent) error {
 		return fmt.Errorf("waiting for Velero's node agent to be Ready (%s): %w", last, err)
 	}
 	return nil
+}
+
+// CloudCredentials is the Secret Velero's install creates in its namespace with the store's
+// credentials (key cloud, an AWS shared credentials file), which its node agent mounts and which
+// opens its kopia repositories.
+func CloudCredentials() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials", Namespace: Namespace},
+		StringData: map[string]string{"cloud": credentialsINI()}}
 }

@@ -49,6 +49,12 @@ type Comparer interface {
 	CompareRestore(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, sandbox string) (backend.Outcome, string, error)
 }
 
+// VolumeChecker is a Reader that can also read the volume data a Backup records, and adds what it
+// found to out: facts as findings, trouble as its error.
+type VolumeChecker interface {
+	CheckVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, out *backend.Outcome) error
+}
+
 // Registry chooses the Reader of a Backup.
 type Registry struct {
 	// ByDriver is the Reader of the artifacts of a driver, by its API group.

@@ -132,6 +132,11 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	if locks != nil {
 		lockFindings(&out, b, locks)
 	}
+	if vc, ok := rd.(artifact.VolumeChecker); ok && missing == "" {
+		if err := vc.CheckVolumes(ctx, run, b, &out); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
 }
 

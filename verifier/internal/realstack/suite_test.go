@@ -18,6 +18,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/require"
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,7 +50,10 @@ var (
 	snapDir string
 )
 
-func init() { utilruntime.Must(velerov1.AddToScheme(cluster.Scheme)) }
+func init() {
+	utilruntime.Must(velerov1.AddToScheme(cluster.Scheme))
+	utilruntime.Must(velerov2.AddToScheme(cluster.Scheme))
+}
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 

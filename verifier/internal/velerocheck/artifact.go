@@ -26,7 +26,10 @@ type ArtifactReader struct {
 	Checker *Checker
 }
 
-var _ artifact.Comparer = (*ArtifactReader)(nil)
+var (
+	_ artifact.Comparer      = (*ArtifactReader)(nil)
+	_ artifact.VolumeChecker = (*ArtifactReader)(nil)
+)
 
 // Digest reads the tarball of the Velero backup that Backup b records.
 func (a *ArtifactReader) Digest(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) (download.Digest, error) {
@@ -34,7 +37,7 @@ func (a *ArtifactReader) Digest(ctx context.Context, run *securityv1.BackupVerif
 	if err != nil {
 		return download.Digest{}, err
 	}
-	vout, err := a.Checker.Checksum(ctx, vrun)
+	vout, _, _, err := a.Checker.checksumTarball(ctx, vrun)
 	if err != nil {
 		return download.Digest{}, err
 	}
@@ -51,6 +54,26 @@ func (a *ArtifactReader) Digest(ctx context.Context, run *securityv1.BackupVerif
 		return download.Digest{}, reconcile.TerminalError(fmt.Errorf("the Velero backup %s could not be read", vrun.Spec.BackupRef.Name))
 	}
 	return download.Digest{SizeBytes: vout.SizeBytes, SHA256: strings.TrimPrefix(vout.ComputedChecksum, "sha256:")}, nil
+}
+
+// CheckVolumes reads the volume data of the Velero backup Backup b records (volumes.go), of b's
+// namespace only.
+func (a *ArtifactReader) CheckVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, out *backend.Outcome) error {
+	vrun, err := veleroRun(run, b)
+	if err != nil {
+		return err
+	}
+	var located backend.Outcome
+	vb, bsl, err := a.Checker.locate(ctx, vrun, &located)
+	if err != nil {
+		return err
+	}
+	if vb == nil {
+		// Gone since its tarball was read: what was found says why.
+		out.Findings = append(out.Findings, located.Findings...)
+		return nil
+	}
+	return a.Checker.checkVolumes(ctx, vb, bsl, b.Namespace, out)
 }
 
 // CompareRestore diffs sandbox with the Velero backup Backup b records: the Backup's namespace,

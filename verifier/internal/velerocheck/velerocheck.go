@@ -136,24 +136,9 @@ func (c *Checker) httpClient(ctx context.Context, bsl *velerov1.BackupStorageLoc
 	if c.HTTP != nil {
 		return c.HTTP, nil
 	}
-	var ca []byte
-	if store := bsl.Spec.ObjectStorage; store != nil {
-		ca = store.CACert
-		if ref := store.CACertRef; ref != nil {
-			sec := &corev1.Secret{}
-			if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: bsl.Namespace, Name: ref.Name}, sec); err != nil {
-				what := fmt.Sprintf("reading the CA bundle of BackupStorageLocation %s/%s (Secret %s)", bsl.Namespace, bsl.Name, ref.Name)
-				if apierrors.IsForbidden(err) {
-					// The verifier reads no Secret but the ones the Role of deploy/verifier/velero names.
-					return nil, fmt.Errorf("%s: %w; add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)",
-						what, err, ref.Name, bsl.Namespace, StorageCARole)
-				}
-				return nil, backend.APIError(what, err)
-			}
-			if ca = sec.Data[ref.Key]; len(ca) == 0 {
-				return nil, fmt.Errorf("Secret %s/%s named by BackupStorageLocation %s as its caCertRef has no key %q", bsl.Namespace, ref.Name, bsl.Name, ref.Key)
-			}
-		}
+	ca, err := c.storageCA(ctx, bsl)
+	if err != nil {
+		return nil, err
 	}
 	key := sha256.Sum256(ca)
 	c.mu.Lock()
@@ -172,33 +157,72 @@ func (c *Checker) httpClient(ctx context.Context, bsl *velerov1.BackupStorageLoc
 	return hc, nil
 }
 
-// Checksum streams the backup's tarball once and compares its SHA-256 with the recorded one.
+// storageCA is the CA bundle of a storage location (spec.objectStorage.caCertRef, else caCert),
+// nil for none.
+func (c *Checker) storageCA(ctx context.Context, bsl *velerov1.BackupStorageLocation) ([]byte, error) {
+	store := bsl.Spec.ObjectStorage
+	if store == nil {
+		return nil, nil
+	}
+	ref := store.CACertRef
+	if ref == nil {
+		return store.CACert, nil
+	}
+	sec := &corev1.Secret{}
+	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: bsl.Namespace, Name: ref.Name}, sec); err != nil {
+		what := fmt.Sprintf("reading the CA bundle of BackupStorageLocation %s/%s (Secret %s)", bsl.Namespace, bsl.Name, ref.Name)
+		if apierrors.IsForbidden(err) {
+			// The verifier reads no Secret but the ones the Role of deploy/verifier/velero names.
+			return nil, fmt.Errorf("%s: %w; add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)",
+				what, err, ref.Name, bsl.Namespace, StorageCARole)
+		}
+		return nil, backend.APIError(what, err)
+	}
+	ca := sec.Data[ref.Key]
+	if len(ca) == 0 {
+		return nil, fmt.Errorf("Secret %s/%s named by BackupStorageLocation %s as its caCertRef has no key %q", bsl.Namespace, ref.Name, bsl.Name, ref.Key)
+	}
+	return ca, nil
+}
+
+// Checksum streams the backup's tarball once and compares its SHA-256 with the recorded one, then
+// reads the data of each of its volumes whole from its kopia repository (volumes.go).
 func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, error) {
+	out, vb, bsl, err := c.checksumTarball(ctx, run)
+	if err != nil || vb == nil || out.ComputedChecksum == "" {
+		return out, err
+	}
+	return out, c.checkVolumes(ctx, vb, bsl, "", &out)
+}
+
+// checksumTarball is Checksum of the tarball alone; it returns the Velero backup and its storage
+// location when it found them.
+func (c *Checker) checksumTarball(ctx context.Context, run *securityv1.BackupVerifyRun) (backend.Outcome, *velerov1.Backup, *velerov1.BackupStorageLocation, error) {
 	out := backend.Outcome{Done: true}
 	vb, bsl, err := c.locate(ctx, run, &out)
 	if err != nil || vb == nil {
-		return out, err
+		return out, nil, nil, err
 	}
 	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
 	body, done, err := c.open(ctx, run, vb, bsl, "contents", velerov1.DownloadTargetKindBackupContents)
 	if errors.Is(err, errFileMissing) {
 		out.Add(securityv1.CodeStorageUnavailable, securityv1.SeverityHigh, object, "the backup's tarball is missing from its storage location "+bsl.Name)
-		return out, nil
+		return out, nil, nil, nil
 	}
 	if err != nil {
-		return out, err
+		return out, nil, nil, err
 	}
 	d, err := download.Hash(body)
 	done()
 	if err != nil {
-		return out, c.storageError(bsl, "reading the backup's tarball", err)
+		return out, nil, nil, c.storageError(bsl, "reading the backup's tarball", err)
 	}
 	out.ComputedChecksum, out.SizeBytes = d.Checksum(), d.SizeBytes
 	out.RecordedChecksum = vb.Annotations[backupsv1.AnnotationChecksum]
 	out.ChecksumBasis = securityv1.ChecksumRecorded
 	switch {
 	case out.RecordedChecksum == "" && c.Trust != nil:
-		return out, c.Trust.compare(ctx, run, vb, &out, time.Now())
+		return out, vb, bsl, c.Trust.compare(ctx, run, vb, &out, time.Now())
 	case out.RecordedChecksum == "":
 		out.ChecksumBasis = securityv1.ChecksumNone
 		out.Add(securityv1.CodeChecksumNotRecorded, securityv1.SeverityMedium, object,
@@ -210,7 +234,7 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 		out.Add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, object,
 			fmt.Sprintf("the stored tarball (%d bytes) matches the recorded %s", d.SizeBytes, out.RecordedChecksum))
 	}
-	return out, nil
+	return out, vb, bsl, nil
 }
 
 // storageError is trouble with a storage location's object store while doing what.

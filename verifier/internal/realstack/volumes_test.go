@@ -1,0 +1,292 @@
+package realstack
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	iofs "io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kopia/kopia/fs/localfs"
+	"github.com/kopia/kopia/repo"
+	"github.com/kopia/kopia/repo/blob/s3"
+	"github.com/kopia/kopia/snapshot"
+	"github.com/kopia/kopia/snapshot/policy"
+	"github.com/kopia/kopia/snapshot/upload"
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/verifier/internal/kopiarepo"
+	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
+)
+
+// volumeRepo is a kopia repository in Velero's layout and format for namespace ns, in the
+// stack's bucket, opened with Velero's own repository password (the Secret the Velero server
+// creates), holding one snapshot of dir; it returns the snapshot's ID. The e2e volumes suite
+// verifies repositories Velero's node agent wrote; this one lets the suite damage a repository
+// whose content it knows.
+func volumeRepo(t *testing.T, ns, dir string) (loc kopiarepo.Location, snapshotID string) {
+	t.Helper()
+	ctx := context.Background()
+	pw := &corev1.Secret{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RepoCredentialsSecret}, pw), "the Velero server creates its repository password")
+	loc = kopiarepo.Location{Endpoint: strings.TrimPrefix(stack.S3URL(), "http://"), Insecure: true, Region: "us-east-1", Bucket: velerostack.Bucket,
+		Prefix: kopiarepo.VeleroPrefix(velerostack.Prefix, ns), AccessKey: velerostack.AccessKey, SecretKey: velerostack.SecretKey,
+		Password: string(pw.Data[velerocheck.RepoPasswordKey])}
+	st, err := s3.New(ctx, &s3.Options{BucketName: loc.Bucket, Prefix: loc.Prefix, Endpoint: loc.Endpoint, DoNotUseTLS: true,
+		AccessKeyID: loc.AccessKey, SecretAccessKey: loc.SecretKey, Region: loc.Region}, true)
+	require.NoError(t, err)
+	defer st.Close(ctx)
+	require.NoError(t, repo.Initialize(ctx, st, &repo.NewRepositoryOptions{}, loc.Password))
+	cfg := filepath.Join(t.TempDir(), "repository.config")
+	require.NoError(t, repo.Connect(ctx, cfg, st, loc.Password, &repo.ConnectOptions{ClientOptions: repo.ClientOptions{Username: "default", Hostname: "default"}}))
+	rep, err := repo.Open(ctx, cfg, loc.Password, nil)
+	require.NoError(t, err)
+	defer rep.Close(ctx)
+	src, err := localfs.Directory(dir)
+	require.NoError(t, err)
+	require.NoError(t, repo.WriteSession(ctx, rep, repo.WriteSessionOptions{Purpose: "test"}, func(ctx context.Context, w repo.RepositoryWriter) error {
+		man, err := upload.NewUploader(w).Upload(ctx, src, policy.BuildTree(nil, policy.DefaultPolicy), snapshot.SourceInfo{Host: "default", UserName: "default", Path: dir})
+		if err != nil {
+			return err
+		}
+		id, err := snapshot.SaveSnapshot(ctx, w, man)
+		snapshotID = string(id)
+		return err
+	}))
+	return loc, snapshotID
+}
+
+// volumeFiles writes random and compressible files into a new directory; it returns it, the
+// number of files and their bytes.
+func volumeFiles(t *testing.T) (dir string, files, size int64) {
+	dir = t.TempDir()
+	for i := range 6 {
+		data := make([]byte, (i+1)*300<<10)
+		if i%2 == 0 {
+			_, _ = rand.Read(data)
+		} else {
+			copy(data, strings.Repeat("compressible ", len(data)/13))
+		}
+		sub := filepath.Join(dir, "d"+strconv.Itoa(i%3))
+		require.NoError(t, os.MkdirAll(sub, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)), data, 0o644))
+		files++
+		size += int64(len(data))
+	}
+	return dir, files, size
+}
+
+// largestPack is the key of the repository's largest pack blob (kopia's p… blobs hold the data).
+func largestPack(t *testing.T, prefix string) string {
+	var key string
+	var size int64
+	for o := range stack.S3.ListObjects(context.Background(), velerostack.Bucket, minio.ListObjectsOptions{Prefix: prefix + "p"}) {
+		require.NoError(t, o.Err)
+		if o.Size > size {
+			key, size = o.Key, o.Size
+		}
+	}
+	require.NotEmpty(t, key, "the repository holds a pack")
+	return key
+}
+
+func TestChecksumOnlyReadsVolumeData(t *testing.T) {
+	ctx := context.Background()
+	ns := uniq("vd")
+	namespaceWithData(t, ns)
+	vb := veleroBackup(t, uniq("vd"), true, ns)
+	if err := cl.Create(ctx, velerostack.CloudCredentials()); !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+	dir, files, size := volumeFiles(t)
+	loc, snap := volumeRepo(t, ns, dir)
+
+	// The record Velero's node agent makes of a file-system backup of a pod's volume.
+	pvb := &velerov1.PodVolumeBackup{ObjectMeta: metav1.ObjectMeta{Name: vb.Name + "-data", Namespace: velerostack.Namespace,
+		Labels: map[string]string{velerov1.BackupUIDLabel: string(vb.UID), velerov1.BackupNameLabel: vb.Name}},
+		Spec: velerov1.PodVolumeBackupSpec{Node: "node-1", Pod: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "shop"}, Volume: "data",
+			BackupStorageLocation: velerostack.BSLName, UploaderType: "kopia"},
+		// Velero's CRD has no status subresource: the node agent writes it with the object.
+		Status: velerov1.PodVolumeBackupStatus{Phase: velerov1.PodVolumeBackupPhaseCompleted, SnapshotID: snap}}
+	require.NoError(t, cl.Create(ctx, pvb))
+	object := "velero.io/PodVolumeBackup " + velerostack.Namespace + "/" + pvb.Name
+
+	t.Run("every file of the volume's snapshot is read and verified", func(t *testing.T) {
+		h := newHarness(t)
+		run := veleroRun(t, "vd-ok", vb.Name, securityv1.ModeChecksumOnly, "")
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		res := result(t, run)
+		assert.Equal(t, securityv1.SeverityInfo, res.Status.WorstSeverity, "%+v", res.Spec.Findings)
+		assert.ElementsMatch(t, []string{securityv1.CodeChecksumMatch, securityv1.CodeVolumeDataMatch}, codes(res.Spec.Findings))
+		assert.Equal(t, "1", res.Spec.Details[velerocheck.DetailVolumeSnapshots])
+		assert.Equal(t, strconv.FormatInt(files, 10), res.Spec.Details[velerocheck.DetailVolumeFiles])
+		assert.Equal(t, strconv.FormatInt(size, 10), res.Spec.Details[velerocheck.DetailVolumeBytes])
+	})
+
+	t.Run("one flipped byte in a pack of the repository is a critical finding naming the volume", func(t *testing.T) {
+		key := largestPack(t, loc.Prefix)
+		orig := bucketObject(t, key)
+		flipped := slices.Clone(orig)
+		flipped[len(flipped)/2] ^= 0x01
+		putBucketObject(t, key, flipped)
+		t.Cleanup(func() { putBucketObject(t, key, orig) })
+
+		h := newHarness(t)
+		run := veleroRun(t, "vd-flipped", vb.Name, securityv1.ModeChecksumOnly, "")
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "damage is a verdict, not a failed run: %s", run.Status.Message)
+		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
+		res := result(t, run)
+		f := finding(t, res.Spec.Findings, securityv1.CodeVolumeDataCorrupt)
+		assert.Equal(t, securityv1.SeverityCritical, f.Severity)
+		assert.Equal(t, object, f.Object)
+		assert.Contains(t, f.Message, "volume data of pod "+ns+"/shop")
+		assert.Contains(t, f.Message, snap)
+		assert.Contains(t, codes(res.Spec.Findings), securityv1.CodeChecksumMatch, "the tarball itself is sound")
+		assert.NotContains(t, codes(res.Spec.Findings), securityv1.CodeVolumeDataMatch)
+	})
+
+	t.Run("a pack gone from the repository is a critical finding", func(t *testing.T) {
+		key := largestPack(t, loc.Prefix)
+		orig := bucketObject(t, key)
+		require.NoError(t, stack.S3.RemoveObject(ctx, velerostack.Bucket, key, minio.RemoveObjectOptions{}))
+		t.Cleanup(func() { putBucketObject(t, key, orig) })
+
+		h := newHarness(t)
+		run := veleroRun(t, "vd-gone", vb.Name, securityv1.ModeChecksumOnly, "")
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		f := finding(t, result(t, run).Spec.Findings, securityv1.CodeVolumeDataMissing)
+		assert.Equal(t, securityv1.SeverityCritical, f.Severity)
+		assert.Equal(t, object, f.Object)
+	})
+
+	t.Run("a store that stops answering mid-read is trouble, not damage", func(t *testing.T) {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		p := newProxy(t, loc.Endpoint)
+		through := loc
+		through.Endpoint = p.addr
+		r, err := kopiarepo.Open(rctx, through)
+		require.NoError(t, err)
+		defer r.Close(rctx)
+		p.drop()
+		_, err = r.Read(rctx, snap, func(kopiarepo.File) error { return nil })
+		require.Error(t, err)
+		var d *kopiarepo.Damage
+		assert.False(t, errors.As(err, &d), "an unreachable store says nothing about the data: %v", err)
+	})
+
+	t.Run("the backup side's record of its files", func(t *testing.T) {
+		r, err := kopiarepo.Open(ctx, loc)
+		require.NoError(t, err)
+		defer r.Close(ctx)
+		var got []kopiarepo.File
+		st, err := r.Read(ctx, snap, func(f kopiarepo.File) error { got = append(got, f); return nil })
+		require.NoError(t, err)
+		assert.Equal(t, files, st.Files)
+		assert.Equal(t, size, st.Bytes)
+		want := tree(t, dir)
+		require.Len(t, got, len(want))
+		for _, f := range got {
+			assert.Equal(t, want[f.Path], f.SHA256, f.Path)
+		}
+	})
+}
+
+// proxy forwards TCP connections to a store until drop closes them all and refuses new ones.
+type proxy struct {
+	addr  string
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{addr: ln.Addr().String(), ln: ln}
+	t.Cleanup(p.drop)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) drop() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// finding is the finding of code in fs.
+func finding(t *testing.T, fs []securityv1.Finding, code string) securityv1.Finding {
+	t.Helper()
+	for _, f := range fs {
+		if f.Code == code {
+			return f
+		}
+	}
+	t.Fatalf("no %s finding in %s", code, findingsOf(fs))
+	return securityv1.Finding{}
+}
+
+// tree is the SHA-256 of every regular file under dir, by its slash path relative to dir.
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, e iofs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		sum := sha256.Sum256(data)
+		out[filepath.ToSlash(rel)] = hex.EncodeToString(sum[:])
+		return nil
+	}))
+	return out
+}

@@ -1,0 +1,321 @@
+package velerocheck
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+	"github.com/coffer-backup/coffer/verifier/internal/kopiarepo"
+)
+
+// Volume data: a Velero backup's file-system backups (PodVolumeBackups) and data movement
+// (DataUploads) put each volume's data in a kopia repository per namespace under the storage
+// location (kopiarepo.VeleroPrefix). Checksum-only reads every file of every such snapshot to its
+// end through the kopia library, which verifies each content it reads; a content that does not
+// verify or is gone is a finding naming the volume, trouble reaching the store is an error.
+//
+// What it reads, it reads from Velero's own objects in Velero's namespace (found by the backup's
+// UID label, as Velero keeps it through a backup sync), with the repository password and the
+// store credentials Velero itself uses, by name (VolumeDataRole): the verifier holds no other
+// Secret of Velero's namespace, and opens the repository read-only.
+
+// VolumeDataRole is the Role, in Velero's namespace, that lets the verifier list the volume
+// records of backups and read the two Secrets a repository opens with (deploy/verifier/velero).
+const VolumeDataRole = "coffer-verifier-volume-data"
+
+// Velero's names for what opens its repositories.
+const (
+	RepoCredentialsSecret = "velero-repo-credentials"
+	RepoPasswordKey       = "repository-password"
+	// CloudCredentialsSecret and CloudCredentialsKey are the Secret Velero's install mounts as its
+	// default credentials, used for a location without spec.credential.
+	CloudCredentialsSecret = "cloud-credentials"
+	CloudCredentialsKey    = "cloud"
+)
+
+// Details of a checksum-only Result of a backup with volume data.
+const (
+	DetailVolumeSnapshots = "volumeSnapshotsRead"
+	DetailVolumeFiles     = "volumeFilesRead"
+	DetailVolumeBytes     = "volumeBytesRead"
+)
+
+// volume is one volume's data as Velero recorded it.
+type volume struct {
+	object    string // the record, as findings name objects
+	name      string // the volume, as a person names it
+	namespace string // the namespace its repository is of
+	location  string
+	uploader  string
+	phase     string
+	snapshot  string
+}
+
+// volumesOf lists the volume data of Velero backup vb.
+func (c *Checker) volumesOf(ctx context.Context, vb *velerov1.Backup) ([]volume, error) {
+	sel := client.MatchingLabels{velerov1.BackupUIDLabel: string(vb.UID)}
+	var vols []volume
+	pvbs := &velerov1.PodVolumeBackupList{}
+	if err := c.Reader.List(ctx, pvbs, client.InNamespace(vb.Namespace), sel); err != nil && !meta.IsNoMatchError(err) {
+		return nil, c.volumeAPIError("listing the PodVolumeBackups of Velero backup "+vb.Name, vb.Namespace, err)
+	}
+	for _, p := range pvbs.Items {
+		vols = append(vols, volume{object: "velero.io/PodVolumeBackup " + p.Namespace + "/" + p.Name,
+			name:      fmt.Sprintf("volume %s of pod %s/%s", p.Spec.Volume, p.Spec.Pod.Namespace, p.Spec.Pod.Name),
+			namespace: p.Spec.Pod.Namespace, location: p.Spec.BackupStorageLocation, uploader: p.Spec.UploaderType,
+			phase: string(p.Status.Phase), snapshot: p.Status.SnapshotID})
+	}
+	dus := &velerov2.DataUploadList{}
+	if err := c.Reader.List(ctx, dus, client.InNamespace(vb.Namespace), sel); err != nil && !meta.IsNoMatchError(err) {
+		return nil, c.volumeAPIError("listing the DataUploads of Velero backup "+vb.Name, vb.Namespace, err)
+	}
+	for _, d := range dus.Items {
+		uploader := "kopia" // Velero's built-in data mover
+		if d.Spec.DataMover != "" && d.Spec.DataMover != "velero" {
+			uploader = "data mover " + d.Spec.DataMover
+		}
+		vols = append(vols, volume{object: "velero.io/DataUpload " + d.Namespace + "/" + d.Name,
+			name:      fmt.Sprintf("claim %s/%s", d.Spec.SourceNamespace, d.Spec.SourcePVC),
+			namespace: d.Spec.SourceNamespace, location: d.Spec.BackupStorageLocation, uploader: uploader,
+			phase: string(d.Status.Phase), snapshot: d.Status.SnapshotID})
+	}
+	sort.Slice(vols, func(i, j int) bool { return vols[i].object < vols[j].object })
+	return vols, nil
+}
+
+func (c *Checker) volumeAPIError(what, ns string, err error) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%s: %w; apply deploy/verifier/velero (Role %s/%s)", what, err, ns, VolumeDataRole)
+	}
+	return backend.APIError(what, err)
+}
+
+// checkVolumes reads the volume data of Velero backup vb (stored in bsl) and adds what it found
+// to out. With onlyNamespace set, data of volumes of other namespaces is not read (a Backup of
+// driver-velero is of its own namespace only).
+func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) error {
+	vols, err := c.volumesOf(ctx, vb)
+	if err != nil || len(vols) == 0 {
+		return err
+	}
+	var snapshots, files, bytesRead int64
+	var damaged bool
+	repos := map[string]*kopiarepo.Repository{}
+	defer func() {
+		for _, r := range repos {
+			r.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	for _, v := range vols {
+		notRead := func(why string) {
+			out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, v.object, fmt.Sprintf("the data of %s was not read: %s", v.name, why))
+		}
+		switch {
+		case onlyNamespace != "" && v.namespace != onlyNamespace:
+			notRead("it is of namespace " + v.namespace + ", not of the Backup's " + onlyNamespace)
+			continue
+		case v.phase != string(velerov1.PodVolumeBackupPhaseCompleted):
+			notRead(fmt.Sprintf("Velero records it %q, not Completed", v.phase))
+			continue
+		case v.uploader != "kopia":
+			notRead(fmt.Sprintf("it was uploaded by %q; checksum-only reads kopia repositories", v.uploader))
+			continue
+		case v.snapshot == "":
+			continue // an empty volume: Velero stores no snapshot of it
+		case v.location != "" && v.location != bsl.Name:
+			notRead(fmt.Sprintf("it is stored in location %q, not in the backup's %q", v.location, bsl.Name))
+			continue
+		}
+		key := v.namespace
+		rep, ok := repos[key]
+		if !ok {
+			loc, err := c.repository(ctx, bsl, v.namespace)
+			var lerr locationError
+			if errors.As(err, &lerr) {
+				notRead(string(lerr))
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			rep, err = kopiarepo.Open(ctx, loc)
+			var d *kopiarepo.Damage
+			if errors.As(err, &d) {
+				damaged = true
+				out.Add(securityv1.CodeVolumeDataMissing, securityv1.SeverityCritical, v.object,
+					fmt.Sprintf("the data of %s (kopia snapshot %s) is gone: %v", v.name, v.snapshot, d))
+				continue
+			}
+			if err != nil {
+				return c.storageError(bsl, "opening the kopia repository of namespace "+v.namespace, err)
+			}
+			repos[key] = rep
+		}
+		st, err := rep.Read(ctx, v.snapshot, func(kopiarepo.File) error { return nil })
+		var d *kopiarepo.Damage
+		switch {
+		case errors.As(err, &d):
+			damaged = true
+			code := securityv1.CodeVolumeDataCorrupt
+			if d.Missing {
+				code = securityv1.CodeVolumeDataMissing
+			}
+			out.Add(code, securityv1.SeverityCritical, v.object, backend.Truncate(fmt.Sprintf("the data of %s (kopia snapshot %s in repository %s) does not read back: %v",
+				v.name, v.snapshot, kopiarepo.VeleroPrefix(bslPrefix(bsl), v.namespace), d), 2048))
+			continue
+		case err != nil:
+			return c.storageError(bsl, fmt.Sprintf("reading kopia snapshot %s of %s", v.snapshot, v.name), err)
+		}
+		snapshots++
+		files += st.Files
+		bytesRead += st.Bytes
+	}
+	out.Detail(DetailVolumeSnapshots, strconv.FormatInt(snapshots, 10))
+	out.Detail(DetailVolumeFiles, strconv.FormatInt(files, 10))
+	out.Detail(DetailVolumeBytes, strconv.FormatInt(bytesRead, 10))
+	if snapshots > 0 && !damaged {
+		out.Add(securityv1.CodeVolumeDataMatch, securityv1.SeverityInfo, "velero.io/Backup "+vb.Namespace+"/"+vb.Name,
+			fmt.Sprintf("%d volume snapshot(s) read whole from their kopia repositories: %d file(s), %d byte(s), every content verified", snapshots, files, bytesRead))
+	}
+	return nil
+}
+
+// locationError says why a storage location's repositories cannot be read by this verifier at
+// all (not trouble: retrying does not change it).
+type locationError string
+
+func (e locationError) Error() string { return string(e) }
+
+func bslPrefix(bsl *velerov1.BackupStorageLocation) string {
+	if bsl.Spec.ObjectStorage != nil {
+		return bsl.Spec.ObjectStorage.Prefix
+	}
+	return bsl.Spec.Config["prefix"]
+}
+
+// repository is where Velero keeps the kopia repository of namespace ns under storage location
+// bsl, and what opens it: as Velero's unified repository provider computes them (an S3 location,
+// s3Url, region, caCert; the location's credential, else Velero's default one), with Velero's
+// repository password.
+func (c *Checker) repository(ctx context.Context, bsl *velerov1.BackupStorageLocation, ns string) (kopiarepo.Location, error) {
+	var loc kopiarepo.Location
+	if p := bsl.Spec.Provider; p != "aws" && p != "velero.io/aws" {
+		return loc, locationError(fmt.Sprintf("its storage location %s is of provider %q; checksum-only reads volume data in S3 locations (aws)", bsl.Name, p))
+	}
+	cfg := bsl.Spec.Config
+	if bsl.Spec.ObjectStorage != nil {
+		loc.Bucket = bsl.Spec.ObjectStorage.Bucket
+	}
+	loc.Prefix = kopiarepo.VeleroPrefix(bslPrefix(bsl), ns)
+	loc.Region = cfg["region"]
+	if s := cfg["s3Url"]; s != "" {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return loc, locationError(fmt.Sprintf("the s3Url %q of storage location %s does not parse", s, bsl.Name))
+		}
+		loc.Endpoint, loc.Insecure = u.Host, u.Scheme == "http"
+	} else {
+		if loc.Region == "" {
+			return loc, locationError(fmt.Sprintf("storage location %s sets neither s3Url nor region", bsl.Name))
+		}
+		loc.Endpoint = "s3-" + loc.Region + ".amazonaws.com"
+	}
+	if v, _ := strconv.ParseBool(cfg["insecureSkipTLSVerify"]); v {
+		return loc, locationError(fmt.Sprintf("storage location %s skips TLS verification (insecureSkipTLSVerify); the verifier does not read data it cannot authenticate the store of", bsl.Name))
+	}
+	ca, err := c.storageCA(ctx, bsl)
+	if err != nil {
+		return loc, err
+	}
+	loc.CA = ca
+	secret, key := CloudCredentialsSecret, CloudCredentialsKey
+	if cred := bsl.Spec.Credential; cred != nil {
+		secret, key = cred.Name, cred.Key
+	}
+	creds, err := c.secretKey(ctx, bsl.Namespace, secret, key)
+	if err != nil {
+		return loc, err
+	}
+	profile := cfg["profile"]
+	if profile == "" {
+		profile = "default"
+	}
+	if loc.AccessKey, loc.SecretKey, loc.Token, err = awsCredentials(creds, profile); err != nil {
+		return loc, reconcile.TerminalError(fmt.Errorf("the credentials of storage location %s (Secret %s/%s, key %s): %w", bsl.Name, bsl.Namespace, secret, key, err))
+	}
+	pw, err := c.secretKey(ctx, bsl.Namespace, RepoCredentialsSecret, RepoPasswordKey)
+	if err != nil {
+		return loc, err
+	}
+	loc.Password = string(pw)
+	return loc, nil
+}
+
+// secretKey reads one key of a Secret the VolumeDataRole names.
+func (c *Checker) secretKey(ctx context.Context, ns, name, key string) ([]byte, error) {
+	sec := &corev1.Secret{}
+	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec); err != nil {
+		what := fmt.Sprintf("reading Secret %s/%s", ns, name)
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("%s: %w; add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)", what, err, name, ns, VolumeDataRole)
+		}
+		if apierrors.IsNotFound(err) {
+			return nil, reconcile.TerminalError(fmt.Errorf("%s: it does not exist; Velero opens its repositories with it", what))
+		}
+		return nil, backend.APIError(what, err)
+	}
+	v, ok := sec.Data[key]
+	if !ok {
+		return nil, reconcile.TerminalError(fmt.Errorf("Secret %s/%s has no key %q", ns, name, key))
+	}
+	return v, nil
+}
+
+// awsCredentials reads a profile of an AWS shared credentials file (the format of Velero's
+// credentials for its aws plugin).
+func awsCredentials(file []byte, profile string) (id, secret, token string, err error) {
+	sc := bufio.NewScanner(bytes.NewReader(file))
+	var in bool
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "["):
+			name := strings.TrimSpace(strings.Trim(line, "[]"))
+			in = name == profile || name == "profile "+profile
+		case in:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				continue
+			}
+			switch strings.ToLower(strings.TrimSpace(k)) {
+			case "aws_access_key_id":
+				id = strings.TrimSpace(v)
+			case "aws_secret_access_key":
+				secret = strings.TrimSpace(v)
+			case "aws_session_token":
+				token = strings.TrimSpace(v)
+			}
+		}
+	}
+	if id == "" || secret == "" {
+		return "", "", "", fmt.Errorf("profile %q has no aws_access_key_id and aws_secret_access_key", profile)
+	}
+	return id, secret, token, nil
+}
