@@ -151,6 +151,12 @@ type VerificationVerdict struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Failures int32 `json:"failures,omitempty"`
+
+	// restoreDuration, for a full-restore verification, is how long the restore into the sandbox
+	// took, from the restore's creation to its completion (objects and, where the driver restores
+	// them, volume data): a measured recovery time of this Backup.
+	// +optional
+	RestoreDuration *metav1.Duration `json:"restoreDuration,omitempty"`
 }
 
 // VerificationResultRef locates a BackupVerifyResult.

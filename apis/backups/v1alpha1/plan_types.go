@@ -229,6 +229,11 @@ type RestorablePoint struct {
 	// takenAt of the Backup.
 	// +required
 	TakenAt metav1.Time `json:"takenAt"`
+	// restoreDuration is how long the full-restore verification that proved it restorable took
+	// to restore it (VerificationVerdict.restoreDuration): the Plan's measured recovery time,
+	// beside the restorable recovery point. Absent when that verification did not measure it.
+	// +optional
+	RestoreDuration *metav1.Duration `json:"restoreDuration,omitempty"`
 }
 
 // Plan schedules backups of one application.
@@ -245,6 +250,7 @@ type RestorablePoint struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Last",type=date,JSONPath=`.status.lastScheduleTime`
 // +kubebuilder:printcolumn:name="Restorable",type=date,JSONPath=`.status.lastRestorableBackup.takenAt`
+// +kubebuilder:printcolumn:name="RTO",type=string,JSONPath=`.status.lastRestorableBackup.restoreDuration`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Plan struct {
 	metav1.TypeMeta   `json:",inline"`

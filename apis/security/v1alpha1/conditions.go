@@ -73,3 +73,8 @@ const (
 // DetailFailure is the key, in a BackupVerifyResult's details, of why its run could not be
 // carried out (BackupVerifyFailed).
 const DetailFailure = "failure"
+
+// DetailRestoreSeconds is the detail of a full-restore Result that says how long the restore into
+// the sandbox took, in whole seconds, from the restore's creation (the velero backend's Restore,
+// the coffer backend's RestoreJob) to its completion: the measured recovery time.
+const DetailRestoreSeconds = "restoreSeconds"

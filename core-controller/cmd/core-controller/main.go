@@ -202,13 +202,20 @@ func trimBackup(b *backupsv1.Backup) {
 	}
 	b.Status.Conditions = conds
 	if v := b.Status.Verification; v != nil {
-		failed := func(x *backupsv1.VerificationVerdict) *backupsv1.VerificationVerdict {
-			if x == nil || x.Result != backupsv1.VerificationFailed {
+		// A failed verdict (retention counts failures in a row) and a measured restore time (the
+		// Plan shows that of its restorable point).
+		read := func(x *backupsv1.VerificationVerdict) *backupsv1.VerificationVerdict {
+			switch {
+			case x == nil:
 				return nil
+			case x.Result == backupsv1.VerificationFailed:
+				return &backupsv1.VerificationVerdict{Result: backupsv1.VerificationFailed, Failures: x.Failures}
+			case x.RestoreDuration != nil:
+				return &backupsv1.VerificationVerdict{Result: backupsv1.VerificationResult(cachetrim.Intern(string(x.Result))), RestoreDuration: x.RestoreDuration}
 			}
-			return &backupsv1.VerificationVerdict{Result: backupsv1.VerificationFailed, Failures: x.Failures}
+			return nil
 		}
-		b.Status.Verification = &backupsv1.BackupVerification{Checksum: failed(v.Checksum), FullRestore: failed(v.FullRestore)}
+		b.Status.Verification = &backupsv1.BackupVerification{Checksum: read(v.Checksum), FullRestore: read(v.FullRestore)}
 		if b.Status.Verification.Checksum == nil && b.Status.Verification.FullRestore == nil {
 			b.Status.Verification = nil
 		}

@@ -17,7 +17,8 @@ import (
 // Retention decides the same of a trimmed Backup as of the Backup the server holds, whatever its
 // phase, conditions and verdicts: every combination of Ready or Failed, ArtifactAvailable,
 // PartiallyFailed and Verified (absent, or each status and reason that matters) and of the two
-// modes' verdicts (none, passed, failed once, failed twice).
+// modes' verdicts (none, passed, failed once, failed twice, passed with a measured restore time);
+// and the restore time a passed full-restore measured stays.
 func TestTrimmedBackupsDecideRetentionAlike(t *testing.T) {
 	type cond struct{ status, reason string }
 	absent := cond{}
@@ -25,7 +26,8 @@ func TestTrimmedBackupsDecideRetentionAlike(t *testing.T) {
 	partial := []cond{absent, {"True", "ItemsFailed"}, {"False", "NoItemsFailed"}}
 	verified := []cond{absent, {"True", backupsv1.ReasonRestoreVerified}, {"True", backupsv1.ReasonChecksumVerified}, {"False", backupsv1.ReasonRestoreMismatch}, {"Unknown", "NotVerified"}}
 	verdicts := []*backupsv1.VerificationVerdict{nil, {Result: backupsv1.VerificationPassed, Message: "ok"},
-		{Result: backupsv1.VerificationFailed, Failures: 1, Message: "differs"}, {Result: backupsv1.VerificationFailed, Failures: 2, Message: "differs again"}}
+		{Result: backupsv1.VerificationFailed, Failures: 1, Message: "differs"}, {Result: backupsv1.VerificationFailed, Failures: 2, Message: "differs again"},
+		{Result: backupsv1.VerificationPassed, Message: "restored", RestoreDuration: &metav1.Duration{Duration: 83 * time.Second}}}
 	group := "apps.cozystack.io"
 	n := 0
 	for _, phase := range []backupsv1.BackupPhase{backupsv1.BackupReady, backupsv1.BackupFailed} {
@@ -50,6 +52,9 @@ func TestTrimmedBackupsDecideRetentionAlike(t *testing.T) {
 							trimBackup(trimmed)
 							assert.Equal(t, plan.RetentionItem(b), plan.RetentionItem(trimmed), "%s: %+v", b.Name, b.Status)
 							assert.Equal(t, b.VerifyFailureConfirmed(), trimmed.VerifyFailureConfirmed(), b.Name)
+							if fr != nil && fr.RestoreDuration != nil {
+								assert.Equal(t, fr.RestoreDuration, trimmed.Status.Verification.FullRestore.RestoreDuration, "the Plan shows it: %s", b.Name)
+							}
 							n++
 						}
 					}
@@ -57,7 +62,7 @@ func TestTrimmedBackupsDecideRetentionAlike(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, 2*4*3*5*4*4, n)
+	assert.Equal(t, 2*4*3*5*5*5, n)
 }
 
 // Trimmed Backups share their repeated strings: two Backups of one namespace and strategy hold

@@ -51,6 +51,9 @@ var (
 	restorableDesc = prometheus.NewDesc("coffer_plan_last_restorable_backup_timestamp_seconds",
 		"Unix time at which the newest Backup of the Plan that a full-restore verification proved restorable was taken (absent when none was): time() minus it is the Plan's restorable RPO.",
 		[]string{"namespace", "plan"}, nil)
+	restoreDurationDesc = prometheus.NewDesc("coffer_plan_last_restorable_backup_restore_duration_seconds",
+		"How long the full-restore verification that proved the Plan's newest restorable Backup took to restore it (absent when none was, or it was not measured): the Plan's measured recovery time.",
+		[]string{"namespace", "plan"}, nil)
 	jobsDesc = prometheus.NewDesc("coffer_backupjobs",
 		"BackupJobs by namespace and phase (Unclaimed: no driver has taken it yet).", []string{"namespace", "phase"}, nil)
 	oldestRunningDesc = prometheus.NewDesc("coffer_backupjob_oldest_running_start_time_seconds",
@@ -67,7 +70,7 @@ type Collector struct {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{createdDesc, lastSuccessDesc, nextScheduleDesc, lastScheduleDesc, restorableDesc, skippedDesc, readyDesc, jobsDesc, oldestRunningDesc} {
+	for _, d := range []*prometheus.Desc{createdDesc, lastSuccessDesc, nextScheduleDesc, lastScheduleDesc, restorableDesc, restoreDurationDesc, skippedDesc, readyDesc, jobsDesc, oldestRunningDesc} {
 		ch <- d
 	}
 }
@@ -110,6 +113,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				if t != nil {
 					ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(t.Unix()), labels...)
 				}
+			}
+			if r := p.Status.LastRestorableBackup; r != nil && r.RestoreDuration != nil {
+				ch <- prometheus.MustNewConstMetric(restoreDurationDesc, prometheus.GaugeValue, r.RestoreDuration.Seconds(), labels...)
 			}
 			ch <- prometheus.MustNewConstMetric(skippedDesc, prometheus.CounterValue, float64(p.Status.SkippedTicks), labels...)
 			ready := 0.0

@@ -35,6 +35,7 @@ func TestCollectorReportsStateAtScrapeTime(t *testing.T) {
 	p.Status.LastSuccessfulTime = &metav1.Time{Time: time.Unix(1000, 0)}
 	p.Status.NextScheduleTime = &metav1.Time{Time: time.Unix(2000, 0)}
 	p.Status.SkippedTicks = 3
+	p.Status.LastRestorableBackup = &backupsv1.RestorablePoint{Name: "nightly-1", TakenAt: metav1.Unix(900, 0), RestoreDuration: &metav1.Duration{Duration: 83 * time.Second}}
 	p.Status.Conditions = []metav1.Condition{{Type: backupsv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Scheduling", LastTransitionTime: metav1.Now()}}
 	require.NoError(t, env.Client.Status().Update(ctx, p))
 	for _, phase := range []backupsv1.BackupJobPhase{"", backupsv1.BackupJobRunning, backupsv1.BackupJobFailed} {
@@ -55,6 +56,12 @@ coffer_plan_last_successful_time_seconds{namespace="NS",plan="nightly"} 1000
 # HELP coffer_plan_next_schedule_time_seconds Unix time of the Plan's next tick.
 # TYPE coffer_plan_next_schedule_time_seconds gauge
 coffer_plan_next_schedule_time_seconds{namespace="NS",plan="nightly"} 2000
+# HELP coffer_plan_last_restorable_backup_timestamp_seconds Unix time at which the newest Backup of the Plan that a full-restore verification proved restorable was taken (absent when none was): time() minus it is the Plan's restorable RPO.
+# TYPE coffer_plan_last_restorable_backup_timestamp_seconds gauge
+coffer_plan_last_restorable_backup_timestamp_seconds{namespace="NS",plan="nightly"} 900
+# HELP coffer_plan_last_restorable_backup_restore_duration_seconds How long the full-restore verification that proved the Plan's newest restorable Backup took to restore it (absent when none was, or it was not measured): the Plan's measured recovery time.
+# TYPE coffer_plan_last_restorable_backup_restore_duration_seconds gauge
+coffer_plan_last_restorable_backup_restore_duration_seconds{namespace="NS",plan="nightly"} 83
 # HELP coffer_plan_skipped_ticks_total Ticks of the Plan that did not fire (missed past the deadline, while the controller was down, or forbidden by the concurrency policy).
 # TYPE coffer_plan_skipped_ticks_total counter
 coffer_plan_skipped_ticks_total{namespace="NS",plan="nightly"} 3

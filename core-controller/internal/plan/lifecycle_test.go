@@ -245,7 +245,7 @@ func TestRetentionKeepsTheNewestGoodOfEachApplication(t *testing.T) {
 
 // TestRetentionTrustsVerification: a Backup a verification found bad is pruned (kept by no rule,
 // not good), the newest Backup a full-restore proved restorable is kept though keepLast would let
-// it go, and the Plan shows it as its restorable point.
+// it go, and the Plan shows it as its restorable point, with its measured restore time.
 func TestRetentionTrustsVerification(t *testing.T) {
 	h := newHarness(t, func(p *backupsv1.Plan) {
 		p.Spec.Retention = &backupsv1.RetentionPolicy{KeepLast: ptr(int32(1))}
@@ -257,6 +257,10 @@ func TestRetentionTrustsVerification(t *testing.T) {
 	}
 	newBackup(h, "b-proven-old", base.Add(-5*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonRestoreVerified))
 	proven := newBackup(h, "b-proven", base.Add(-4*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonRestoreVerified))
+	// The verification that proved it measured its restore (the verifier's verdict).
+	proven.Status.Verification = &backupsv1.BackupVerification{FullRestore: &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed,
+		Time: metav1.NewTime(base), RestoreDuration: &metav1.Duration{Duration: 83 * time.Second}}}
+	require.NoError(t, env.Client.Status().Update(h.ctx, proven))
 	newBackup(h, "b-mid", base.Add(-3*time.Hour), backupsv1.BackupReady, verified(metav1.ConditionTrue, backupsv1.ReasonChecksumVerified))
 	newBackup(h, "b-good", base.Add(-2*time.Hour), backupsv1.BackupReady)
 	bad := newBackup(h, "b-bad", base.Add(-time.Hour), backupsv1.BackupReady, verified(metav1.ConditionFalse, backupsv1.ReasonChecksumMismatch))
@@ -271,6 +275,7 @@ func TestRetentionTrustsVerification(t *testing.T) {
 	require.NotNil(t, h.plan.Status.LastRestorableBackup, "the Plan shows its restorable point")
 	assert.Equal(t, "b-proven", h.plan.Status.LastRestorableBackup.Name)
 	assert.Equal(t, proven.Spec.TakenAt.Unix(), h.plan.Status.LastRestorableBackup.TakenAt.Unix())
+	assert.Equal(t, &metav1.Duration{Duration: 83 * time.Second}, h.plan.Status.LastRestorableBackup.RestoreDuration, "and its measured recovery time")
 	assert.Contains(t, h.drainEvents(), "Normal BackupPruned Pruned Backup b-bad: a verification found it bad")
 }
 

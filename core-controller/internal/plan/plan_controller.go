@@ -329,6 +329,10 @@ func (r *Reconciler) applyRetention(ctx context.Context, s *scope) error {
 	s.plan.Status.LastRestorableBackup = nil
 	if restorable != nil {
 		s.plan.Status.LastRestorableBackup = &backupsv1.RestorablePoint{Name: restorable.Name, TakenAt: restorable.Spec.TakenAt}
+		if v := restorable.Status.Verification; v != nil && v.FullRestore != nil {
+			// The measured recovery time of that recovery point.
+			s.plan.Status.LastRestorableBackup.RestoreDuration = v.FullRestore.RestoreDuration
+		}
 	}
 	loc := time.UTC
 	if s.sched != nil {

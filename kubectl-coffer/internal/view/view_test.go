@@ -102,10 +102,11 @@ func TestStatus(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "shop-nightly"},
 			Spec: backupsv1.PlanSpec{Schedule: backupsv1.PlanSchedule{Cron: "0 2 * * *", TimeZone: ptr.To("Europe/Berlin")}},
 			Status: backupsv1.PlanStatus{LastSuccessfulTime: at(-10 * time.Hour), NextScheduleTime: at(14 * time.Hour),
-				LastBackupRef:        &corev1.LocalObjectReference{Name: "shop-nightly-29623800"},
-				LastRestorableBackup: &backupsv1.RestorablePoint{Name: "shop-nightly-29622360", TakenAt: *at(-34 * time.Hour)},
-				Active:               []corev1.LocalObjectReference{{Name: "shop-nightly-manual-x7k2p"}},
-				Conditions:           []metav1.Condition{cond("Ready", "True", "Scheduling", "")}}},
+				LastBackupRef: &corev1.LocalObjectReference{Name: "shop-nightly-29623800"},
+				LastRestorableBackup: &backupsv1.RestorablePoint{Name: "shop-nightly-29622360", TakenAt: *at(-34 * time.Hour),
+					RestoreDuration: &metav1.Duration{Duration: 83 * time.Second}},
+				Active:     []corev1.LocalObjectReference{{Name: "shop-nightly-manual-x7k2p"}},
+				Conditions: []metav1.Condition{cond("Ready", "True", "Scheduling", "")}}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "crm", Name: "db"},
 			Spec: backupsv1.PlanSpec{Schedule: backupsv1.PlanSchedule{Cron: "*/5 * * * *"}, Suspend: ptr.To(true)},
 			Status: backupsv1.PlanStatus{NextScheduleTime: at(time.Minute), LastBackupRef: &corev1.LocalObjectReference{Name: "db-gone"},
@@ -123,7 +124,7 @@ func TestStatus(t *testing.T) {
 	want := `NAMESPACE   PLAN           SCHEDULE                  LAST SUCCESS   NEXT     ACTIVE                      LAST BACKUP             PHASE                      RESTORABLE
 crm         db             */5 * * * * (suspended)   never          -        a,b +1                      db-gone                 (deleted)                  -
 shop        fresh          @hourly                   never          -        -                           -                       -                          -
-shop        shop-nightly   0 2 * * * Europe/Berlin   10h ago        in 14h   shop-nightly-manual-x7k2p   shop-nightly-29623800   Ready (partially failed)   34h ago
+shop        shop-nightly   0 2 * * * Europe/Berlin   10h ago        in 14h   shop-nightly-manual-x7k2p   shop-nightly-29623800   Ready (partially failed)   34h ago, RTO 1m23s
 crm/db: Ready=False Suspended: spec.suspend is true
 `
 	assert.Equal(t, want, buf.String())

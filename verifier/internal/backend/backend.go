@@ -15,8 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,6 +81,25 @@ func (o *Outcome) Detail(key, value string) {
 		o.Details = map[string]string{}
 	}
 	o.Details[key] = value
+}
+
+// RestoreTook records how long a restore took, from its creation to its completion (its own
+// timestamps, so a verifier restart in between changes nothing): the measured recovery time of
+// the Backup (securityv1.DetailRestoreSeconds). Nothing is recorded without a completion time.
+func (o *Outcome) RestoreTook(created metav1.Time, completed *metav1.Time) {
+	if completed == nil || created.IsZero() || completed.Before(&created) {
+		return
+	}
+	o.Detail(securityv1.DetailRestoreSeconds, strconv.FormatInt(int64(completed.Sub(created.Time).Seconds()), 10))
+}
+
+// RestoreSeconds reads the detail RestoreTook records.
+func RestoreSeconds(details map[string]string) (time.Duration, bool) {
+	n, err := strconv.ParseInt(details[securityv1.DetailRestoreSeconds], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
 }
 
 // Count records a positive count in the details.

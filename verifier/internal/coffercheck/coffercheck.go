@@ -310,6 +310,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	}
 	msg := "the Backup's driver restored it into sandbox " + run.Spec.SandboxNamespace
 	out.Details = map[string]string{}
+	out.RestoreTook(rj.CreationTimestamp, rj.Status.CompletedAt)
 	if it := rj.Status.Items; it != nil {
 		out.Details["itemsRestored"], out.Details["itemsSkipped"], out.Details["itemsFailed"] = fmt.Sprint(it.Restored), fmt.Sprint(it.Skipped), fmt.Sprint(it.Failed)
 		msg += fmt.Sprintf(" (%d item(s) restored, %d skipped, %d failed)", it.Restored, it.Skipped, it.Failed)

@@ -23,6 +23,13 @@ var (
 		Help:    "Duration of full-restore verifications, by outcome.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 	}, []string{"outcome"})
+	// RestoreDuration observes, for each full-restore that restored into its sandbox, how long the
+	// restore itself took (the Result's details.restoreSeconds): the measured recovery time.
+	RestoreDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "ugallu_backup_verify_restore_duration_seconds",
+		Help:    "Duration of the restore into the sandbox of full-restore verifications (creation to completion of the restore), by backend.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 16),
+	}, []string{"backend"})
 	// PolicyPending is the number of Backups a BackupVerifyPolicy wants verified and cannot start
 	// yet (its maxConcurrentRuns).
 	PolicyPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -31,4 +38,6 @@ var (
 	}, []string{"policy"})
 )
 
-func init() { ctrlmetrics.Registry.MustRegister(Runs, Findings, FullRestoreDuration, PolicyPending) }
+func init() {
+	ctrlmetrics.Registry.MustRegister(Runs, Findings, FullRestoreDuration, RestoreDuration, PolicyPending)
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -35,6 +36,7 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/artifact"
 	"github.com/coffer-backup/coffer/verifier/internal/coffercheck"
+	"github.com/coffer-backup/coffer/verifier/internal/metrics"
 	bvsandbox "github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
@@ -499,10 +501,11 @@ func TestCofferFullRestoreComparesContent(t *testing.T) {
 	dm := map[string]string{velerodriverv1.MetaBackupName: vb.Name, velerodriverv1.MetaNamespace: velerostack.Namespace}
 	b := cofferBackupIn(t, ns, ns, velerodriverv1.Group, dm, backupsv1.BackupReady,
 		&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + velerostack.ObjectKey(vb.Name), Checksum: vb.Annotations[backupsv1.AnnotationChecksum]})
+	var played *backupsv1.RestoreJob
 	fullRestore := func(t *testing.T, h *harness, name, sandbox string) *securityv1.BackupVerifyRun {
 		run := newRun(t, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name, Namespace: ns},
 			Mode: securityv1.ModeFullRestore, SandboxNamespace: sandbox, Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
-		playDriverVelero(t, h, run, b)
+		played = playDriverVelero(t, h, run, b)
 		h.finish(run)
 		return run
 	}
@@ -522,6 +525,13 @@ func TestCofferFullRestoreComparesContent(t *testing.T) {
 		assert.Positive(t, r.Spec.ObjectsExpected)
 		assert.Equal(t, r.Spec.ObjectsExpected, r.Spec.ObjectsRestored)
 		assertVerdict(t, b, run, backupsv1.VerificationPassed, metav1.ConditionTrue, backupsv1.ReasonRestoreVerified)
+		// The restore's time, from the RestoreJob's creation to its completion, is measured: on
+		// the Result, the verdict (the Plan's measured recovery time) and the histogram.
+		require.NotNil(t, played.Status.CompletedAt)
+		took := played.Status.CompletedAt.Sub(played.CreationTimestamp.Time).Truncate(time.Second)
+		assert.Equal(t, strconv.FormatInt(int64(took.Seconds()), 10), r.Spec.Details[securityv1.DetailRestoreSeconds])
+		assert.Equal(t, &metav1.Duration{Duration: took}, getBackup(t, b).Status.Verification.FullRestore.RestoreDuration)
+		assert.Positive(t, testutil.CollectAndCount(metrics.RestoreDuration, "ugallu_backup_verify_restore_duration_seconds"))
 	})
 
 	// A Backup that records volume data passes on its objects, and its Result says that the
@@ -574,7 +584,7 @@ func TestCofferFullRestoreComparesContent(t *testing.T) {
 // to spec.options.targetNamespace, no cluster resources, what velerodriver.InertExcluded names left
 // out for spec.options.inert: Pods, Roles, RoleBindings, ServiceAccounts and Coffer's records),
 // waits for Velero to complete it and writes the RestoreJob's status Succeeded.
-func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) {
+func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) *backupsv1.RestoreJob {
 	t.Helper()
 	ctx := context.Background()
 	rj := awaitRestoreJob(t, h, run, b)
@@ -591,7 +601,9 @@ func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun,
 		return vr.Status.Phase == velerov1.RestorePhaseCompleted, err
 	}), "velero restore %s: %s\n%s", vr.Name, vr.Status.Phase, stack.VeleroLog())
 	rj.Status.Phase = backupsv1.RestoreJobSucceeded
+	rj.Status.CompletedAt = vr.Status.CompletionTimestamp // as driver-velero records it
 	require.NoError(t, cl.Status().Update(ctx, rj))
+	return rj
 }
 
 // awaitRestoreJob reconciles a coffer full-restore of Backup b until its RestoreJob appears.

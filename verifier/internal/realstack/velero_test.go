@@ -251,8 +251,12 @@ func TestFullRestore(t *testing.T) {
 	assert.Equal(t, r.Spec.ObjectsExpected, r.Spec.ObjectsRestored, "a clean diff")
 	assert.Equal(t, securityv1.SeverityInfo, r.Status.WorstSeverity)
 	assert.Equal(t, before, inventory(t), "nothing was created or changed outside the sandbox")
+	took, err := strconv.Atoi(r.Spec.Details[securityv1.DetailRestoreSeconds])
+	require.NoError(t, err, "the restore's time is measured: %v", r.Spec.Details)
+	assert.GreaterOrEqual(t, took, 0)
+	assert.Less(t, took, 600, "from the Restore's creation to its completion")
 
-	err := cl.Get(context.Background(), client.ObjectKeyFromObject(vr), vr)
+	err = cl.Get(context.Background(), client.ObjectKeyFromObject(vr), vr)
 	assert.True(t, apierrors.IsNotFound(err) || !vr.DeletionTimestamp.IsZero(), "the Restore is cleaned up")
 	require.NoError(t, client.IgnoreNotFound(cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb)))
 	assert.True(t, apierrors.IsNotFound(cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, &corev1.Namespace{})) || !sb.DeletionTimestamp.IsZero(),

@@ -460,6 +460,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		out.Done = false
 		return out, nil
 	}
+	out.RestoreTook(vr.CreationTimestamp, vr.Status.CompletionTimestamp)
 	sr := &sandboxRestore{vb: vb, bsl: bsl, objects: objects, sources: sources, mapping: mapping, excluded: ExcludedFromSandbox, inert: true}
 	if err := c.compareSandboxes(ctx, run, sr, &out); err != nil {
 		return out, err

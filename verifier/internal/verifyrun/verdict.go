@@ -231,6 +231,11 @@ func recordVerdict(ctx context.Context, rd client.Reader, c client.Client, run *
 			verdict.Failures = max(old.Failures, 1) + 1
 		}
 	}
+	if mode(run) == securityv1.ModeFullRestore {
+		if d, ok := backend.RestoreSeconds(res.Spec.Details); ok {
+			verdict.RestoreDuration = &metav1.Duration{Duration: d}
+		}
+	}
 	*slot = verdict
 	cond := VerifiedCondition(b.Status.Verification)
 	cond.ObservedGeneration = b.Generation
@@ -288,6 +293,9 @@ func VerifiedCondition(v *backupsv1.BackupVerification) metav1.Condition {
 
 func describeVerdict(v *backupsv1.VerificationVerdict) string {
 	s := string(v.Result) + " at " + v.Time.UTC().Format("2006-01-02T15:04:05Z")
+	if v.RestoreDuration != nil {
+		s += ", restored in " + v.RestoreDuration.Duration.String()
+	}
 	if v.ResultRef != nil {
 		s += " (BackupVerifyResult " + v.ResultRef.Namespace + "/" + v.ResultRef.Name + ")"
 	}

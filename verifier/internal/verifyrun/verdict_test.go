@@ -89,6 +89,12 @@ func TestVerifiedCondition(t *testing.T) {
 		wantStatus: metav1.ConditionTrue, wantReason: backupsv1.ReasonRestoreVerified,
 		wantMsg: "full-restore: Passed at 2031-03-04T05:06:07Z (BackupVerifyResult shop/r2)",
 	}, {
+		name: "full-restore passed, with its measured restore time",
+		v: backupsv1.BackupVerification{FullRestore: &backupsv1.VerificationVerdict{Result: pass, Time: at,
+			RestoreDuration: &metav1.Duration{Duration: 83 * time.Second}}},
+		wantStatus: metav1.ConditionTrue, wantReason: backupsv1.ReasonRestoreVerified,
+		wantMsg: "full-restore: Passed at 2031-03-04T05:06:07Z, restored in 1m23s",
+	}, {
 		name:       "full-restore failed, checksum passed",
 		v:          backupsv1.BackupVerification{Checksum: verdict(pass, "r1", ""), FullRestore: verdict(fail, "r2", "deployment/web differs")},
 		wantStatus: metav1.ConditionFalse, wantReason: backupsv1.ReasonRestoreMismatch,
@@ -166,7 +172,13 @@ func (f *verdictFixture) run(name string, m securityv1.Mode) *securityv1.BackupV
 // record calls recordVerdict as run's finish does at time at, with the run's Result (named
 // "<run>-result").
 func (f *verdictFixture) record(r *VerdictReconciler, run *securityv1.BackupVerifyRun, at time.Time, eventType, msg string) error {
-	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)}}
+	return f.recordResult(r, run, at, eventType, msg, nil)
+}
+
+// recordResult is record with the Result's details.
+func (f *verdictFixture) recordResult(r *VerdictReconciler, run *securityv1.BackupVerifyRun, at time.Time, eventType, msg string, details map[string]string) error {
+	res := &securityv1.BackupVerifyResult{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: resultName(run)},
+		Spec: securityv1.BackupVerifyResultSpec{Details: details}}
 	_, err := recordVerdict(f.ctx, r.reader(), r.Client, run, res, eventType, msg, metav1.NewTime(at))
 	return err
 }
@@ -298,12 +310,13 @@ func TestRecordVerdict(t *testing.T) {
 	require.NoError(t, f.record(f.r, fr1, t2, securityv1.EventBackupVerifyCompleted, "Verification succeeded"))
 	assert.Equal(t, rv, f.get().ResourceVersion)
 
-	// A newer one replaces it.
+	// A newer one replaces it, with the restore time its Result measured.
 	fr3 := f.run("fr3", securityv1.ModeFullRestore)
-	require.NoError(t, f.record(f.r, fr3, t4, securityv1.EventBackupVerifyCompleted, "Verification succeeded"))
+	require.NoError(t, f.recordResult(f.r, fr3, t4, securityv1.EventBackupVerifyCompleted, "Verification succeeded",
+		map[string]string{securityv1.DetailRestoreSeconds: "83"}))
 	b = f.get()
 	assertVerdict(t, &backupsv1.VerificationVerdict{Result: backupsv1.VerificationPassed, Time: metav1.NewTime(t4),
-		ResultRef: ref("fr3"), Message: "Verification succeeded"}, b.Status.Verification.FullRestore)
+		ResultRef: ref("fr3"), Message: "Verification succeeded", RestoreDuration: &metav1.Duration{Duration: 83 * time.Second}}, b.Status.Verification.FullRestore)
 	assert.Equal(t, ref("cs1"), b.Status.Verification.Checksum.ResultRef)
 	c = meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionVerified)
 	require.NotNil(t, c)

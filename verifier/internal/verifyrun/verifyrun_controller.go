@@ -473,6 +473,11 @@ func (r *Reconciler) ended(ctx context.Context, s *scope) {
 	if mode(run) == securityv1.ModeFullRestore && run.Status.StartTime != nil && run.Status.CompletionTime != nil {
 		metrics.FullRestoreDuration.WithLabelValues(phase).Observe(run.Status.CompletionTime.Sub(run.Status.StartTime.Time).Seconds())
 	}
+	if s.result != nil && mode(run) == securityv1.ModeFullRestore {
+		if d, ok := backend.RestoreSeconds(s.result.Spec.Details); ok {
+			metrics.RestoreDuration.WithLabelValues(string(run.Spec.Backend)).Observe(d.Seconds())
+		}
+	}
 	reason := ""
 	if c := meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionReady); c != nil {
 		reason = c.Reason
