@@ -265,13 +265,40 @@ func (d *Driver) unbindClaims(ctx context.Context, veleroNS string, backup *back
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading the restore's claims modifier %s/%s: %w", veleroNS, veleroapi.RestoreClaimsModifier, err)
 	}
-	data, _, _ := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
-	if len(data.Volumes) == 0 {
-		return nil
+	n, err := d.volumesOf(ctx, veleroNS, backup)
+	if err != nil || n == 0 {
+		return err
 	}
 	return driverkit.Failf(ReasonClaimsModifierMissing,
 		"Backup %s holds the data of %d volume(s), and their claims need new volumes: create ConfigMap %s in namespace %s with key %s as docs/driver-velero.md shows (Velero's resource modifier that unbinds restored claims), or name a resourceModifier in the strategy's restoreTemplate; nothing was created",
-		backup.Name, len(data.Volumes), veleroapi.RestoreClaimsModifier, veleroNS, veleroapi.RestoreClaimsModifierKey)
+		backup.Name, n, veleroapi.RestoreClaimsModifier, veleroNS, veleroapi.RestoreClaimsModifierKey)
+}
+
+// volumesOf counts the volumes whose data Backup backup holds: its record
+// (status.underlyingResources) when it has one, else, for a Backup that has none (imported from
+// another cluster's record, which is written before Velero backs the volumes up, or made before
+// the driver recorded them), the volume records Velero keeps of its backup (a storage sync brings
+// a location's file-system backups along with its backups). A Velero backup that is gone counts
+// none: the restore fails on it, saying so.
+func (d *Driver) volumesOf(ctx context.Context, veleroNS string, backup *backupsv1.Backup) (int, error) {
+	data, ok, _ := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
+	if ok {
+		return len(data.Volumes), nil
+	}
+	vb := &velerov1.Backup{}
+	err := d.uncached().Get(ctx, client.ObjectKey{Namespace: veleroNS, Name: backup.Spec.DriverMetadata[names.MetaBackupName]}, vb)
+	switch {
+	case apierrors.IsNotFound(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading velero backup %s/%s: %w", veleroNS, backup.Spec.DriverMetadata[names.MetaBackupName], err)
+	}
+	raw, err := d.volumeData(ctx, vb)
+	if err != nil {
+		return 0, err
+	}
+	data, _, err = veleroapi.VolumeDataOf(raw)
+	return len(data.Volumes), err
 }
 
 // ReasonClaimsModifierMissing (a failed RestoreJob): the Backup holds volume data, and the Velero

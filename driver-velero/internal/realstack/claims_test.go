@@ -2,6 +2,7 @@ package realstack
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -84,6 +85,42 @@ func TestRestoresUnbindClaims(t *testing.T) {
 		assert.Contains(t, rj.Status.Message, "Backup with-volumes holds the data of 1 volume(s)")
 		assert.Contains(t, rj.Status.Message, "create ConfigMap coffer-restore-claims in namespace "+veleroNS)
 		assert.Nil(t, vr, "no Velero Restore is created")
+	})
+	// A Backup without a record of its volume data (imported from another cluster's record, which
+	// is written before Velero backs the volumes up): the volume records Velero keeps of its backup
+	// (a storage sync brings them along) decide.
+	t.Run("without a record, Velero's volume records decide", func(t *testing.T) {
+		for _, tt := range []struct {
+			name    string
+			volumes int
+		}{{"imported-with-volumes", 1}, {"imported-without", 0}} {
+			vb := &velerov1.Backup{ObjectMeta: metav1.ObjectMeta{Name: tt.name, Namespace: veleroNS}, Spec: velerov1.BackupSpec{IncludedNamespaces: []string{ns}}}
+			require.NoError(t, cl.Create(ctx, vb))
+			for i := range tt.volumes {
+				require.NoError(t, cl.Create(ctx, &velerov1.PodVolumeBackup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", tt.name, i), Namespace: veleroNS,
+					Labels: map[string]string{velerov1.BackupUIDLabel: string(vb.UID)}},
+					Spec:   velerov1.PodVolumeBackupSpec{Pod: corev1.ObjectReference{Namespace: ns, Name: "shop"}, Volume: "data", UploaderType: "kopia"},
+					Status: velerov1.PodVolumeBackupStatus{Phase: velerov1.PodVolumeBackupPhaseCompleted, SnapshotID: "3862bcd83f5c2fa5b9b0339af4b29033"}}))
+			}
+			imported := b.DeepCopy()
+			imported.ObjectMeta = metav1.ObjectMeta{Name: tt.name, Namespace: ns}
+			imported.Spec.DriverMetadata = map[string]string{names.MetaNamespace: veleroNS, names.MetaBackupName: tt.name, names.MetaStorageLocation: velerostack.BSLName}
+			require.NoError(t, cl.Create(ctx, imported))
+			imported.Status = backupsv1.BackupStatus{Phase: backupsv1.BackupReady, Artifact: b.Status.Artifact}
+			require.NoError(t, cl.Status().Update(ctx, imported))
+
+			rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: tt.name, Namespace: ns}, Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: tt.name}}}
+			require.NoError(t, cl.Create(ctx, rj))
+			_, err := restores.Reconcile(ctx, requestFor(rj))
+			require.NoError(t, err)
+			require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(rj), rj))
+			if tt.volumes > 0 {
+				require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase, rj.Status.Message)
+				assert.Contains(t, rj.Status.Message, "Backup "+tt.name+" holds the data of 1 volume(s)")
+			} else {
+				assert.Equal(t, backupsv1.RestoreJobRunning, rj.Status.Phase, "a Velero backup without volume data restores as it is: %s", rj.Status.Message)
+			}
+		}
 	})
 	t.Run("an inert restore proceeds unmodified", func(t *testing.T) {
 		rj, vr := restore(t, "inert-unconfigured", true)
