@@ -33,7 +33,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	"github.com/coffer-backup/coffer/verifier/internal/kopiarepo"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
@@ -142,6 +144,52 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 		assert.Equal(t, "1", res.Spec.Details[velerocheck.DetailVolumeSnapshots])
 		assert.Equal(t, strconv.FormatInt(files, 10), res.Spec.Details[velerocheck.DetailVolumeFiles])
 		assert.Equal(t, strconv.FormatInt(size, 10), res.Spec.Details[velerocheck.DetailVolumeBytes])
+	})
+
+	t.Run("a Coffer Backup of driver-velero: its namespace's volumes read, and what it records that Velero holds no record of said", func(t *testing.T) {
+		h := cofferHarness(t)
+		dm := map[string]string{velerodriverv1.MetaBackupName: vb.Name, velerodriverv1.MetaNamespace: velerostack.Namespace}
+		b := cofferBackupIn(t, ns, "vd-coffer", velerodriverv1.Group, dm, backupsv1.BackupReady,
+			&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + velerostack.ObjectKey(vb.Name), Checksum: vb.Annotations[backupsv1.AnnotationChecksum]})
+		// Its record: the volume above, and one moved by the data mover that no DataUpload here
+		// records (Velero's storage sync does not bring them along).
+		raw, err := velerodriverv1.VolumeData{Volumes: []velerodriverv1.VolumeRecord{
+			{Method: velerodriverv1.VolumeMethodFileSystem, Namespace: ns, Pod: "shop", PodVolume: "data", Uploader: "kopia", SnapshotID: snap, Phase: "Completed", Source: pvb.Name},
+			{Method: velerodriverv1.VolumeMethodDataMover, Namespace: ns, PersistentVolumeClaim: "db", SnapshotID: "c0ffee0c0ffee0c0ffee0c0ffee0c0ff", Phase: "Completed", Source: "gone"},
+		}}.Raw()
+		require.NoError(t, err)
+		orig := b.DeepCopy()
+		b.Status.UnderlyingResources = raw
+		require.NoError(t, cl.Status().Patch(ctx, b, client.MergeFrom(orig)))
+
+		run := newRun(t, "vd-coffer", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name, Namespace: ns},
+			Mode: securityv1.ModeChecksumOnly, Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		res := result(t, run)
+		assert.ElementsMatch(t, []string{securityv1.CodeChecksumMatch, securityv1.CodeVolumeDataMatch, securityv1.CodeVolumeDataNotRead}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+		assert.Equal(t, strconv.FormatInt(files, 10), res.Spec.Details[velerocheck.DetailVolumeFiles])
+		f := finding(t, res.Spec.Findings, securityv1.CodeVolumeDataNotRead)
+		assert.Equal(t, securityv1.SeverityMedium, f.Severity)
+		assert.Contains(t, f.Message, "c0ffee0c0ffee0c0ffee0c0ffee0c0ff")
+	})
+
+	t.Run("a Coffer Backup of another namespace does not read this one's volumes", func(t *testing.T) {
+		h := cofferHarness(t)
+		other := uniq("vd-other")
+		require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}))
+		dm := map[string]string{velerodriverv1.MetaBackupName: vb.Name, velerodriverv1.MetaNamespace: velerostack.Namespace}
+		b := cofferBackupIn(t, other, "vd-elsewhere", velerodriverv1.Group, dm, backupsv1.BackupReady,
+			&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + velerostack.ObjectKey(vb.Name), Checksum: vb.Annotations[backupsv1.AnnotationChecksum]})
+		run := newRun(t, "vd-elsewhere", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name, Namespace: other},
+			Mode: securityv1.ModeChecksumOnly, Timeout: &metav1.Duration{Duration: 5 * time.Minute}})
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		res := result(t, run)
+		f := finding(t, res.Spec.Findings, securityv1.CodeVolumeDataNotRead)
+		assert.Contains(t, f.Message, "it is of namespace "+ns+", not of the Backup's "+other)
+		assert.NotContains(t, codes(res.Spec.Findings), securityv1.CodeVolumeDataMatch)
+		assert.Equal(t, "0", res.Spec.Details[velerocheck.DetailVolumeFiles], "nothing of another namespace's volume was read")
 	})
 
 	t.Run("one flipped byte in a pack of the repository is a critical finding naming the volume", func(t *testing.T) {

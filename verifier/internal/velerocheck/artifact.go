@@ -73,7 +73,26 @@ func (a *ArtifactReader) CheckVolumes(ctx context.Context, run *securityv1.Backu
 		out.Findings = append(out.Findings, located.Findings...)
 		return nil
 	}
-	return a.Checker.checkVolumes(ctx, vb, bsl, b.Namespace, out)
+	seen, err := a.Checker.checkVolumesSeen(ctx, vb, bsl, b.Namespace, out)
+	if err != nil {
+		return err
+	}
+	// What the Backup records and Velero holds no record of here (Velero's storage sync does not
+	// bring DataUploads along) was not read: the verdict says so.
+	data, _, err := velerodriverv1.VolumeDataOf(b.Status.UnderlyingResources)
+	if err != nil {
+		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, "backups.cozystack.io/Backup "+b.Namespace+"/"+b.Name,
+			"the Backup's record of its volume data does not parse, so what Velero holds here was not compared with it: "+err.Error())
+		return nil
+	}
+	for _, v := range data.Volumes {
+		if v.SnapshotID != "" && !seen[v.SnapshotID] {
+			out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, "backups.cozystack.io/Backup "+b.Namespace+"/"+b.Name,
+				fmt.Sprintf("the Backup records the data of a volume of namespace %s (%s, kopia snapshot %s), and Velero holds no record of it here (PodVolumeBackup or DataUpload of backup %s): it was not read",
+					v.Namespace, v.Method, v.SnapshotID, vb.Name))
+		}
+	}
+	return nil
 }
 
 // CompareRestore diffs sandbox with the Velero backup Backup b records: the Backup's namespace,

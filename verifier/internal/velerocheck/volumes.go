@@ -110,9 +110,20 @@ func (c *Checker) volumeAPIError(what, ns string, err error) error {
 // to out. With onlyNamespace set, data of volumes of other namespaces is not read (a Backup of
 // driver-velero is of its own namespace only).
 func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) error {
+	_, err := c.checkVolumesSeen(ctx, vb, bsl, onlyNamespace, out)
+	return err
+}
+
+// checkVolumesSeen is checkVolumes; it also returns the snapshot IDs of the volume records it
+// found.
+func (c *Checker) checkVolumesSeen(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) (map[string]bool, error) {
 	vols, err := c.volumesOf(ctx, vb)
 	if err != nil || len(vols) == 0 {
-		return err
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, v := range vols {
+		seen[v.snapshot] = true
 	}
 	var snapshots, files, bytesRead int64
 	var damaged bool
@@ -152,7 +163,7 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 				continue
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
 			rep, err = kopiarepo.Open(ctx, loc)
 			var d *kopiarepo.Damage
@@ -163,7 +174,7 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 				continue
 			}
 			if err != nil {
-				return c.storageError(bsl, "opening the kopia repository of namespace "+v.namespace, err)
+				return nil, c.storageError(bsl, "opening the kopia repository of namespace "+v.namespace, err)
 			}
 			repos[key] = rep
 		}
@@ -180,7 +191,7 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 				v.name, v.snapshot, kopiarepo.VeleroPrefix(bslPrefix(bsl), v.namespace), d), 2048))
 			continue
 		case err != nil:
-			return c.storageError(bsl, fmt.Sprintf("reading kopia snapshot %s of %s", v.snapshot, v.name), err)
+			return nil, c.storageError(bsl, fmt.Sprintf("reading kopia snapshot %s of %s", v.snapshot, v.name), err)
 		}
 		snapshots++
 		files += st.Files
@@ -193,7 +204,7 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 		out.Add(securityv1.CodeVolumeDataMatch, securityv1.SeverityInfo, "velero.io/Backup "+vb.Namespace+"/"+vb.Name,
 			fmt.Sprintf("%d volume snapshot(s) read whole from their kopia repositories: %d file(s), %d byte(s), every content verified", snapshots, files, bytesRead))
 	}
-	return nil
+	return seen, nil
 }
 
 // locationError says why a storage location's repositories cannot be read by this verifier at
