@@ -102,11 +102,15 @@ type RetentionHold struct {
 }
 
 // Total is the span plus the deletion delay, at most time.Duration's maximum.
-func (h RetentionHold) Total() time.Duration {
-	if h.Duration > time.Duration(math.MaxInt64)-h.DeletionDelay {
+func (h RetentionHold) Total() time.Duration { return AddCapped(h.Duration, h.DeletionDelay) }
+
+// AddCapped is a+b for non-negative durations, capped at the largest Duration instead of
+// overflowing.
+func AddCapped(a, b time.Duration) time.Duration {
+	if a > time.Duration(math.MaxInt64)-b {
 		return time.Duration(math.MaxInt64)
 	}
-	return h.Duration + h.DeletionDelay
+	return a + b
 }
 
 // HeldUnder returns how long the policy can hold a Backup under floor (which may be nil): the

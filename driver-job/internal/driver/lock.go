@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/driverkit"
 )
 
@@ -38,10 +39,7 @@ func (d *Driver) lockFor(ctx context.Context, run *driverkit.BackupRun[Strategy]
 		// age: no span covers those; the verifier reports their objects once unlocked.
 		return retainFor, fmt.Sprintf("%s (the strategy's retainFor; Plan %s's retention has no age bound: %s)", retainFor, plan.Name, hold.Rule), nil
 	}
-	need := hold.Total()
-	if need <= time.Duration(1<<63-1)-LockMargin {
-		need += LockMargin
-	}
+	need := backupsv1.AddCapped(hold.Total(), LockMargin)
 	if need > retainFor {
 		d.Recorder.Eventf(run.Job, nil, corev1.EventTypeWarning, ReasonLockShorterThanRetention, "Backup",
 			"Locking what this backup stores for the strategy's retainFor, %s, but Plan %s keeps Backups up to %s (%s) and a pruned Backup waits %s more: for the last %s of its life the Backup's objects can be deleted. Raise the strategy's objectLock.retainFor to at least %s",

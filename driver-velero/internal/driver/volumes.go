@@ -1,9 +1,10 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	velerov2 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
@@ -46,15 +47,9 @@ func (d *Driver) volumeData(ctx context.Context, vb *velerov1.Backup) (*runtime.
 			Phase: string(u.Status.Phase), Source: u.Name,
 		})
 	}
-	sort.Slice(data.Volumes, func(i, j int) bool {
-		a, b := data.Volumes[i], data.Volumes[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		if a.Pod+"/"+a.PodVolume != b.Pod+"/"+b.PodVolume {
-			return a.Pod+"/"+a.PodVolume < b.Pod+"/"+b.PodVolume
-		}
-		return a.PersistentVolumeClaim+a.Source < b.PersistentVolumeClaim+b.Source
+	slices.SortFunc(data.Volumes, func(a, b veleroapi.VolumeRecord) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodVolume, b.PodVolume),
+			cmp.Compare(a.PersistentVolumeClaim, b.PersistentVolumeClaim), cmp.Compare(a.Source, b.Source))
 	})
 	return data.Raw()
 }

@@ -18,6 +18,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/coffer-backup/coffer/e2e/harness/components"
@@ -81,7 +82,7 @@ func Start(ctx context.Context, cl client.Client, bin, kubeconfig, dir string) (
 			return nil, err
 		}
 	}
-	wait := storagev1.VolumeBindingWaitForFirstConsumer
+	firstConsumer := storagev1.VolumeBindingWaitForFirstConsumer
 	del := corev1.PersistentVolumeReclaimDelete
 	for _, o := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
@@ -90,7 +91,7 @@ func Start(ctx context.Context, cl client.Client, bin, kubeconfig, dir string) (
 				"storageclass.kubernetes.io/is-default-class": "true",
 				"defaultVolumeType":                           "local",
 			}},
-			Provisioner: ProvisionerName, VolumeBindingMode: &wait, ReclaimPolicy: &del,
+			Provisioner: ProvisionerName, VolumeBindingMode: &firstConsumer, ReclaimPolicy: &del,
 		},
 	} {
 		if err := cl.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -99,16 +100,15 @@ func Start(ctx context.Context, cl client.Client, bin, kubeconfig, dir string) (
 	}
 	// The helper pods run under the namespace's default ServiceAccount, which appears once
 	// kube-controller-manager has seen the namespace.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		err := cl.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "default"}, &corev1.ServiceAccount{})
-		if err == nil {
-			break
+		if apierrors.IsNotFound(err) {
+			return false, nil
 		}
-		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
-			return nil, fmt.Errorf("waiting for ServiceAccount %s/default: %w", Namespace, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for ServiceAccount %s/default: %w", Namespace, err)
 	}
 	proc, err := components.StartWithEnv(bin, []string{"PATH=" + os.Getenv("PATH")}, "--debug", "start",
 		"--kubeconfig", kubeconfig, "--config", filepath.Join(dir, "config.json"), "--helper-pod-file", filepath.Join(dir, "helper-pod.yaml"),

@@ -46,7 +46,7 @@ import (
 // creates), holding one snapshot of dir; it returns the snapshot's ID. The e2e volumes suite
 // verifies repositories Velero's node agent wrote; this one lets the suite damage a repository
 // whose content it knows.
-func volumeRepo(t *testing.T, ns, dir string) (loc kopiarepo.Location, snapshotID string) {
+func volumeRepo(t testing.TB, ns, dir string) (loc kopiarepo.Location, snapshotID string) {
 	t.Helper()
 	ctx := context.Background()
 	pw := &corev1.Secret{}
