@@ -25,6 +25,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/kopia/kopia/fs"
 	"github.com/kopia/kopia/repo"
@@ -35,6 +36,7 @@ import (
 	"github.com/kopia/kopia/repo/object"
 	"github.com/kopia/kopia/snapshot"
 	"github.com/kopia/kopia/snapshot/snapshotfs"
+	"golang.org/x/sync/errgroup"
 )
 
 // Location is where a repository is and how to open it.
@@ -164,9 +166,13 @@ func damage(err error, p string) error {
 	return err
 }
 
+// Parallelism is how many files Read reads at once: reading is bound by the store's latency more
+// than by hashing, so a few in flight keep it busy.
+const Parallelism = 4
+
 // Read reads snapshot id whole: every directory listed and every regular file read to its end,
-// visit called with each file. It returns what it read; an error is a *Damage, trouble, or
-// visit's own.
+// Parallelism files at once, visit called with each file (one call at a time, in no set order).
+// It returns what it read; an error is a *Damage, trouble, or visit's own.
 func (r *Repository) Read(ctx context.Context, id string, visit func(File) error) (Stats, error) {
 	var st Stats
 	man, err := snapshot.LoadSnapshot(ctx, r.rep, manifest.ID(id))
@@ -177,16 +183,44 @@ func (r *Repository) Read(ctx context.Context, id string, visit func(File) error
 	if err != nil {
 		return st, damage(err, "")
 	}
-	buf := make([]byte, 1<<20)
+	type job struct {
+		f fs.File
+		p string
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	jobs := make(chan job)
+	var mu sync.Mutex
+	for range Parallelism {
+		g.Go(func() error {
+			buf := make([]byte, 1<<20)
+			for j := range jobs {
+				f, err := readFile(gctx, j.f, j.p, buf)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				st.Files++
+				st.Bytes += f.Size
+				err = visit(f)
+				mu.Unlock()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	var walk func(e fs.Entry, p string) error
 	walk = func(e fs.Entry, p string) error {
-		if err := ctx.Err(); err != nil {
+		if err := gctx.Err(); err != nil {
 			return err
 		}
 		switch e := e.(type) {
 		case fs.Directory:
+			mu.Lock()
 			st.Dirs++
-			err := fs.IterateEntries(ctx, e, func(ctx context.Context, c fs.Entry) error {
+			mu.Unlock()
+			err := fs.IterateEntries(gctx, e, func(ctx context.Context, c fs.Entry) error {
 				return walk(c, path.Join(p, c.Name()))
 			})
 			return damage(err, p)
@@ -194,26 +228,40 @@ func (r *Repository) Read(ctx context.Context, id string, visit func(File) error
 			if !e.Mode().IsRegular() {
 				return nil
 			}
-			rd, err := e.Open(ctx)
-			if err != nil {
-				return damage(err, p)
+			select {
+			case jobs <- job{e, p}:
+				return nil
+			case <-gctx.Done():
+				return gctx.Err()
 			}
-			h := sha256.New()
-			n, err := io.CopyBuffer(h, rd, buf)
-			rd.Close()
-			if err != nil {
-				return damage(err, p)
-			}
-			if n != e.Size() {
-				return &Damage{Path: p, Err: fmt.Errorf("the file reads as %d bytes, but its directory entry records %d", n, e.Size())}
-			}
-			st.Files++
-			st.Bytes += n
-			return visit(File{Path: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
 		case fs.ErrorEntry:
 			return damage(e.ErrorInfo(), p)
 		}
 		return nil
 	}
-	return st, walk(root, ".")
+	g.Go(func() error {
+		defer close(jobs)
+		return walk(root, ".")
+	})
+	// The first error, not the cancellations it caused in the others.
+	err = g.Wait()
+	return st, err
+}
+
+// readFile reads file f (at p) to its end and hashes it.
+func readFile(ctx context.Context, f fs.File, p string, buf []byte) (File, error) {
+	rd, err := f.Open(ctx)
+	if err != nil {
+		return File{}, damage(err, p)
+	}
+	defer rd.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, rd, buf)
+	if err != nil {
+		return File{}, damage(err, p)
+	}
+	if n != f.Size() {
+		return File{}, &Damage{Path: p, Err: fmt.Errorf("the file reads as %d bytes, but its directory entry records %d", n, f.Size())}
+	}
+	return File{Path: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
