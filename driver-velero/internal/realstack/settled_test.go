@@ -2,6 +2,7 @@ package realstack
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,11 +18,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/driver-velero/internal/driver"
 	"github.com/coffer-backup/coffer/driver-velero/internal/names"
+	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // TestSettledVeleroBackups: the Velero backup of a finished run is settled and leaves the running
@@ -92,4 +95,77 @@ func TestSettledVeleroBackups(t *testing.T) {
 	})
 	assert.True(t, seen[requestFor(forged)])
 
+}
+
+// TestCrashAfterSettling: the driver settles a Velero backup (the patch that also records its
+// checksum) and dies before it creates the Backup. The restarted driver's cache holds no settled
+// backup; the run reads it from the API server and finishes with exactly one Velero backup and
+// one Backup, instead of failing to create the Velero backup again until its deadline.
+func TestCrashAfterSettling(t *testing.T) {
+	ctx := context.Background()
+	ns := "settle-crash-" + strings.ToLower(time.Now().Format("150405"))
+	require.NoError(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	shop(t, ns, "shop")
+	job := backupJob(ns, "settled-then-killed", "velero", "Shop")
+	require.NoError(t, cl.Create(ctx, job))
+
+	// The cache of a driver that settles: the settled Velero backups are not in it.
+	uncachedSettled := func(c client.WithWatch) client.WithWatch {
+		return interceptor.NewClient(c, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if vb, ok := obj.(*velerov1.Backup); ok && vb.Labels[names.LabelSettled] == "true" {
+				return apierrors.NewNotFound(velerov1.Resource("backups"), key.Name)
+			}
+			return nil
+		}})
+	}
+	watcher, err := client.NewWithWatch(c.Config, client.Options{Scheme: sch})
+	require.NoError(t, err)
+	settling := func(c client.Client) reconcile.Reconciler {
+		return driver.New(&driver.Driver{Client: c, Live: cl, Watcher: watcher, Recorder: &events.FakeRecorder{}, HTTP: http.DefaultClient,
+			DownloadTimeout: time.Minute}).BackupJobReconciler()
+	}
+
+	// First life: it runs the backup to its end, settles the Velero backup and dies as it creates
+	// the Backup.
+	killed := errors.New("killed before creating the Backup")
+	dying := interceptor.NewClient(uncachedSettled(cl), interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*backupsv1.Backup); ok {
+			return killed
+		}
+		return c.Create(ctx, obj, opts...)
+	}})
+	r := settling(dying)
+	waitFor(t, "the first life to settle the Velero backup and die", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		_, err := r.Reconcile(ctx, requestFor(job))
+		if errors.Is(err, killed) {
+			return true, nil
+		}
+		return false, err
+	})
+	vbs := &velerov1.BackupList{}
+	require.NoError(t, cl.List(ctx, vbs, client.InNamespace(velerostack.Namespace), client.MatchingLabels{backupsv1.LabelBackupJobUID: string(job.UID)}))
+	require.Len(t, vbs.Items, 1)
+	assert.Equal(t, "true", vbs.Items[0].Labels[names.LabelSettled], "settled before the crash")
+	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.Name}, &backupsv1.Backup{})), "no Backup yet")
+
+	// Second life.
+	r = settling(uncachedSettled(cl))
+	waitFor(t, "the restarted run to finish", 3*time.Minute, func(ctx context.Context) (bool, error) {
+		if _, err := r.Reconcile(ctx, requestFor(job)); err != nil {
+			return false, err
+		}
+		return job.IsTerminal(), cl.Get(ctx, client.ObjectKeyFromObject(job), job)
+	})
+	require.Equal(t, backupsv1.BackupJobSucceeded, job.Status.Phase, job.Status.Message)
+	require.NoError(t, cl.List(ctx, vbs, client.InNamespace(velerostack.Namespace), client.MatchingLabels{backupsv1.LabelBackupJobUID: string(job.UID)}))
+	assert.Len(t, vbs.Items, 1, "exactly one Velero backup for the run")
+	backups := &backupsv1.BackupList{}
+	require.NoError(t, cl.List(ctx, backups, client.InNamespace(ns)))
+	require.Len(t, backups.Items, 1, "exactly one Backup for the run")
+	assert.Equal(t, backupsv1.BackupReady, backups.Items[0].Status.Phase)
+	assert.Equal(t, vbs.Items[0].Name, backups.Items[0].Spec.DriverMetadata[names.MetaBackupName])
+	assert.Equal(t, vbs.Items[0].Annotations[backupsv1.AnnotationChecksum], backups.Items[0].Status.Artifact.Checksum)
 }
