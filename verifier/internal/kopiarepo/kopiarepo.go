@@ -6,8 +6,9 @@
 //
 // It reads the store through the kopia library Velero itself uses (the project-velero fork, by
 // the same replace as Velero's go.mod), opens the repository with the password Velero keeps in its
-// Secret, writes nothing to the store, and keeps no cache between reads (each Open has its own
-// temporary directory): a read always comes from the object store.
+// Secret, writes nothing to the store, and caches nothing on disk: a read always comes from the
+// object store. Each Open writes kopia's small connection file into a temporary directory of its
+// own (os.TempDir: the verifier's Deployment mounts an emptyDir there), removed by Close.
 //
 // Errors are sorted by what they say of the backup: a *Damage is a fact about the data (a content
 // whose tag does not verify, a content, blob, object or snapshot that does not exist); any other
@@ -86,8 +87,9 @@ func Open(ctx context.Context, loc Location) (*Repository, error) {
 	}
 	cfg := filepath.Join(dir, "repository.config")
 	err = repo.Connect(ctx, cfg, st, loc.Password, &repo.ConnectOptions{
-		ClientOptions:  repo.ClientOptions{ReadOnly: true, Username: "coffer-verifier", Hostname: "coffer-verifier"},
-		CachingOptions: content.CachingOptions{CacheDirectory: filepath.Join(dir, "cache")},
+		ClientOptions: repo.ClientOptions{ReadOnly: true, Username: "coffer-verifier", Hostname: "coffer-verifier"},
+		// No cache directory: kopia caches nothing on disk, every read comes from the store.
+		CachingOptions: content.CachingOptions{},
 	})
 	st.Close(ctx)
 	switch {
