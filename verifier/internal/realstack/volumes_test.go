@@ -31,7 +31,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
@@ -190,6 +192,50 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 		assert.Contains(t, f.Message, "it is of namespace "+ns+", not of the Backup's "+other)
 		assert.NotContains(t, codes(res.Spec.Findings), securityv1.CodeVolumeDataMatch)
 		assert.Equal(t, "0", res.Spec.Details[velerocheck.DetailVolumeFiles], "nothing of another namespace's volume was read")
+	})
+
+	// A verifier whose deploy/verifier/velero predates the volume-data Role (or a Secret it may not
+	// read): the tarball is verified as before, and the Result says what was not read and why; no
+	// failed run, no damage claimed.
+	t.Run("without the volume-data Role, what was not read is said, and the rest verified", func(t *testing.T) {
+		for _, tt := range []struct {
+			name   string
+			denied func(obj any, key client.ObjectKey) bool
+			want   string
+		}{
+			{"vd-no-list", func(obj any, _ client.ObjectKey) bool { _, ok := obj.(*velerov1.PodVolumeBackupList); return ok },
+				"apply deploy/verifier/velero (Role velero/coffer-verifier-volume-data)"},
+			{"vd-no-secret", func(obj any, key client.ObjectKey) bool {
+				_, ok := obj.(*corev1.Secret)
+				return ok && key.Name == velerocheck.RepoCredentialsSecret
+			}, `add "velero-repo-credentials" to the resourceNames of Role velero/coffer-verifier-volume-data`},
+		} {
+			forbidden := apierrors.NewForbidden(schema.GroupResource{Group: "velero.io", Resource: "podvolumebackups"}, "", errors.New("RBAC: access denied"))
+			reader := interceptor.NewClient(cl, interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if tt.denied(obj, key) {
+						return forbidden
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+				List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					if tt.denied(list, client.ObjectKey{}) {
+						return forbidden
+					}
+					return c.List(ctx, list, opts...)
+				},
+			})
+			h := newHarness(t)
+			h.r = h.reconciler(reader)
+			run := veleroRun(t, tt.name, vb.Name, securityv1.ModeChecksumOnly, "")
+			h.finish(run)
+			require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+			res := result(t, run)
+			assert.ElementsMatch(t, []string{securityv1.CodeChecksumMatch, securityv1.CodeVolumeDataNotRead}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+			f := finding(t, res.Spec.Findings, securityv1.CodeVolumeDataNotRead)
+			assert.Equal(t, securityv1.SeverityMedium, f.Severity)
+			assert.Contains(t, f.Message, tt.want)
+		}
 	})
 
 	t.Run("one flipped byte in a pack of the repository is a critical finding naming the volume", func(t *testing.T) {

@@ -74,7 +74,7 @@ func (a *ArtifactReader) CheckVolumes(ctx context.Context, run *securityv1.Backu
 		return nil
 	}
 	seen, err := a.Checker.checkVolumesSeen(ctx, vb, bsl, b.Namespace, out)
-	if err != nil {
+	if err != nil || seen == nil {
 		return err
 	}
 	// What the Backup records and Velero holds no record of here (Velero's storage sync does not

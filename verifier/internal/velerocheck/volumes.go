@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	"github.com/coffer-backup/coffer/verifier/internal/backend"
@@ -99,9 +98,12 @@ func (c *Checker) volumesOf(ctx context.Context, vb *velerov1.Backup) ([]volume,
 	return vols, nil
 }
 
+// volumeAPIError is trouble listing volume records, except a refusal: the verifier without
+// VolumeDataRole (deploy/verifier/velero not applied since it was added) still verifies what it
+// may read, and says what it did not (a locationError).
 func (c *Checker) volumeAPIError(what, ns string, err error) error {
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("%s: %w; apply deploy/verifier/velero (Role %s/%s)", what, err, ns, VolumeDataRole)
+		return locationError(fmt.Sprintf("%s is forbidden to the verifier: apply deploy/verifier/velero (Role %s/%s)", what, ns, VolumeDataRole))
 	}
 	return backend.APIError(what, err)
 }
@@ -115,13 +117,20 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 }
 
 // checkVolumesSeen is checkVolumes; it also returns the snapshot IDs of the volume records it
-// found.
+// found, nil when it may not list them.
 func (c *Checker) checkVolumesSeen(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) (map[string]bool, error) {
 	vols, err := c.volumesOf(ctx, vb)
-	if err != nil || len(vols) == 0 {
-		return nil, err
+	var denied locationError
+	if errors.As(err, &denied) {
+		// Not a fact about the backup, and no reason to fail the rest of its verification.
+		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, "velero.io/Backup "+vb.Namespace+"/"+vb.Name,
+			"the backup's volume data, if it has any, was not read: "+string(denied))
+		return nil, nil
 	}
 	seen := map[string]bool{}
+	if err != nil || len(vols) == 0 {
+		return seen, err
+	}
 	for _, v := range vols {
 		seen[v.snapshot] = true
 	}
@@ -207,8 +216,10 @@ func (c *Checker) checkVolumesSeen(ctx context.Context, vb *velerov1.Backup, bsl
 	return seen, nil
 }
 
-// locationError says why a storage location's repositories cannot be read by this verifier at
-// all (not trouble: retrying does not change it).
+// locationError says why volume data cannot be read by this verifier as it is set up (a
+// storage location it cannot open, a permission or Secret it lacks): not trouble, since retrying
+// does not change it, and not a fact about the backup, so it becomes a volume-data-not-read
+// finding.
 type locationError string
 
 func (e locationError) Error() string { return string(e) }
@@ -268,7 +279,7 @@ func (c *Checker) repository(ctx context.Context, bsl *velerov1.BackupStorageLoc
 		profile = "default"
 	}
 	if loc.AccessKey, loc.SecretKey, loc.Token, err = awsCredentials(creds, profile); err != nil {
-		return loc, reconcile.TerminalError(fmt.Errorf("the credentials of storage location %s (Secret %s/%s, key %s): %w", bsl.Name, bsl.Namespace, secret, key, err))
+		return loc, locationError(fmt.Sprintf("the credentials of storage location %s (Secret %s/%s, key %s): %v", bsl.Name, bsl.Namespace, secret, key, err))
 	}
 	pw, err := c.secretKey(ctx, bsl.Namespace, RepoCredentialsSecret, RepoPasswordKey)
 	if err != nil {
@@ -283,17 +294,17 @@ func (c *Checker) secretKey(ctx context.Context, ns, name, key string) ([]byte, 
 	sec := &corev1.Secret{}
 	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec); err != nil {
 		what := fmt.Sprintf("reading Secret %s/%s", ns, name)
-		if apierrors.IsForbidden(err) {
-			return nil, fmt.Errorf("%s: %w; add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)", what, err, name, ns, VolumeDataRole)
-		}
-		if apierrors.IsNotFound(err) {
-			return nil, reconcile.TerminalError(fmt.Errorf("%s: it does not exist; Velero opens its repositories with it", what))
+		switch {
+		case apierrors.IsForbidden(err):
+			return nil, locationError(fmt.Sprintf("%s is forbidden to the verifier: add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)", what, name, ns, VolumeDataRole))
+		case apierrors.IsNotFound(err):
+			return nil, locationError(fmt.Sprintf("Secret %s/%s, which opens Velero's repositories, does not exist (a storage location whose credentials are not in a Secret cannot be read by the verifier)", ns, name))
 		}
 		return nil, backend.APIError(what, err)
 	}
 	v, ok := sec.Data[key]
 	if !ok {
-		return nil, reconcile.TerminalError(fmt.Errorf("Secret %s/%s has no key %q", ns, name, key))
+		return nil, locationError(fmt.Sprintf("Secret %s/%s has no key %q", ns, name, key))
 	}
 	return v, nil
 }
