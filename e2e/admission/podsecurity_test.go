@@ -99,8 +99,13 @@ func TestManagedVerifierVariant(t *testing.T) {
 	assert.Empty(t, m.NodeSelector)
 	assert.Nil(t, m.Affinity, "no preference for control-plane nodes")
 	assert.Empty(t, m.Tolerations)
-	assert.Empty(t, m.Volumes)
-	assert.Empty(t, m.Containers[0].VolumeMounts)
+	// No host path: its one volume is the emptyDir at /tmp that checksum-only of Velero volume
+	// data connects to kopia repositories through.
+	require.Len(t, m.Volumes, 1)
+	assert.Equal(t, "tmp", m.Volumes[0].Name)
+	assert.NotNil(t, m.Volumes[0].EmptyDir)
+	assert.Nil(t, m.Volumes[0].HostPath)
+	assert.Equal(t, []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}, m.Containers[0].VolumeMounts)
 	assert.Empty(t, deployments["base"].Spec.Template.Spec.NodeSelector, "the default install schedules where control-plane nodes take no pods too")
 	assert.Contains(t, m.Containers[0].Args, "--etcd-snapshot-dir=", "no etcd-snapshot backend")
 	assert.Equal(t, "restricted", labels["pod-security.kubernetes.io/enforce"])
