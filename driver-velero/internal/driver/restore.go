@@ -293,11 +293,7 @@ func (d *Driver) volumesOf(ctx context.Context, veleroNS string, backup *backups
 	case err != nil:
 		return 0, fmt.Errorf("reading velero backup %s/%s: %w", veleroNS, backup.Spec.DriverMetadata[names.MetaBackupName], err)
 	}
-	raw, err := d.volumeData(ctx, vb)
-	if err != nil {
-		return 0, err
-	}
-	data, _, err = veleroapi.VolumeDataOf(raw)
+	data, err = d.volumeRecords(ctx, vb)
 	return len(data.Volumes), err
 }
 

@@ -16,16 +16,25 @@ import (
 )
 
 // volumeData is the record of the volume data Velero backup vb holds (the Backup's
-// status.underlyingResources, veleroapi.VolumeData): one entry per PodVolumeBackup (file-system
-// backup) and per DataUpload (a CSI snapshot moved to the storage location) that Velero labelled
-// with vb's UID, read uncached from Velero's namespace once the backup has ended. A backup of
-// objects alone records an empty list: that it holds no volume data is worth saying too.
+// status.underlyingResources, veleroapi.VolumeData, of volumeRecords). A backup of objects alone
+// records an empty list: that it holds no volume data is worth saying too.
 func (d *Driver) volumeData(ctx context.Context, vb *velerov1.Backup) (*runtime.RawExtension, error) {
+	data, err := d.volumeRecords(ctx, vb)
+	if err != nil {
+		return nil, err
+	}
+	return data.Raw()
+}
+
+// volumeRecords lists the volume data of Velero backup vb: one entry per PodVolumeBackup
+// (file-system backup) and per DataUpload (a CSI snapshot moved to the storage location) that
+// Velero labelled with vb's UID, read uncached from Velero's namespace once the backup has ended.
+func (d *Driver) volumeRecords(ctx context.Context, vb *velerov1.Backup) (veleroapi.VolumeData, error) {
 	sel := client.MatchingLabels{velerov1.BackupUIDLabel: string(vb.UID)}
 	var data veleroapi.VolumeData
 	pvbs := &velerov1.PodVolumeBackupList{}
 	if err := d.uncached().List(ctx, pvbs, client.InNamespace(vb.Namespace), sel); err != nil {
-		return nil, fmt.Errorf("listing the pod volume backups of velero backup %s: %w", vb.Name, err)
+		return data, fmt.Errorf("listing the pod volume backups of velero backup %s: %w", vb.Name, err)
 	}
 	for _, p := range pvbs.Items {
 		data.Volumes = append(data.Volumes, veleroapi.VolumeRecord{
@@ -38,7 +47,7 @@ func (d *Driver) volumeData(ctx context.Context, vb *velerov1.Backup) (*runtime.
 	switch err := d.uncached().List(ctx, dus, client.InNamespace(vb.Namespace), sel); {
 	case meta.IsNoMatchError(err): // a Velero without data movement
 	case err != nil:
-		return nil, fmt.Errorf("listing the data uploads of velero backup %s: %w", vb.Name, err)
+		return data, fmt.Errorf("listing the data uploads of velero backup %s: %w", vb.Name, err)
 	}
 	for _, u := range dus.Items {
 		data.Volumes = append(data.Volumes, veleroapi.VolumeRecord{
@@ -51,5 +60,5 @@ func (d *Driver) volumeData(ctx context.Context, vb *velerov1.Backup) (*runtime.
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.PodVolume, b.PodVolume),
 			cmp.Compare(a.PersistentVolumeClaim, b.PersistentVolumeClaim), cmp.Compare(a.Source, b.Source))
 	})
-	return data.Raw()
+	return data, nil
 }

@@ -233,6 +233,17 @@ func bucketSum(t testing.TB, key string) []byte {
 	return s[:]
 }
 
+// flipMiddleByte flips one bit of the middle byte of the stack's object key, and puts the object
+// back as it was when the test ends.
+func flipMiddleByte(t *testing.T, key string) {
+	t.Helper()
+	orig := bucketObject(t, key)
+	flipped := bytes.Clone(orig)
+	flipped[len(flipped)/2] ^= 0x01
+	putBucketObject(t, key, flipped)
+	t.Cleanup(func() { putBucketObject(t, key, orig) })
+}
+
 func putBucketObject(t *testing.T, key string, data []byte) {
 	t.Helper()
 	_, err := stack.S3.PutObject(context.Background(), velerostack.Bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})

@@ -80,12 +80,7 @@ func TestChecksumOnly(t *testing.T) {
 	})
 
 	t.Run("one flipped byte in the stored tarball is a critical mismatch", func(t *testing.T) {
-		key := velerostack.ObjectKey(vb.Name)
-		orig := bucketObject(t, key)
-		flipped := append([]byte(nil), orig...)
-		flipped[len(flipped)/2] ^= 0x01
-		putBucketObject(t, key, flipped)
-		t.Cleanup(func() { putBucketObject(t, key, orig) })
+		flipMiddleByte(t, velerostack.ObjectKey(vb.Name))
 
 		h := newHarness(t)
 		run := veleroRun(t, "cs-flipped", vb.Name, securityv1.ModeChecksumOnly, "")

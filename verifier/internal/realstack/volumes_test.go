@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,12 +238,7 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 	})
 
 	t.Run("one flipped byte in a pack of the repository is a critical finding naming the volume", func(t *testing.T) {
-		key := largestPack(t, loc.Prefix)
-		orig := bucketObject(t, key)
-		flipped := slices.Clone(orig)
-		flipped[len(flipped)/2] ^= 0x01
-		putBucketObject(t, key, flipped)
-		t.Cleanup(func() { putBucketObject(t, key, orig) })
+		flipMiddleByte(t, largestPack(t, loc.Prefix))
 
 		h := newHarness(t)
 		run := veleroRun(t, "vd-flipped", vb.Name, securityv1.ModeChecksumOnly, "")

@@ -192,7 +192,8 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	if err != nil || vb == nil || out.ComputedChecksum == "" {
 		return out, err
 	}
-	return out, c.checkVolumes(ctx, vb, bsl, "", &out)
+	_, err = c.checkVolumes(ctx, vb, bsl, "", &out)
+	return out, err
 }
 
 // checksumTarball is Checksum of the tarball alone; it returns the Velero backup and its storage

@@ -110,15 +110,9 @@ func (c *Checker) volumeAPIError(what, ns string, err error) error {
 
 // checkVolumes reads the volume data of Velero backup vb (stored in bsl) and adds what it found
 // to out. With onlyNamespace set, data of volumes of other namespaces is not read (a Backup of
-// driver-velero is of its own namespace only).
-func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) error {
-	_, err := c.checkVolumesSeen(ctx, vb, bsl, onlyNamespace, out)
-	return err
-}
-
-// checkVolumesSeen is checkVolumes; it also returns the snapshot IDs of the volume records it
+// driver-velero is of its own namespace only). It returns the snapshot IDs of the volume records it
 // found, nil when it may not list them.
-func (c *Checker) checkVolumesSeen(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) (map[string]bool, error) {
+func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) (map[string]bool, error) {
 	vols, err := c.volumesOf(ctx, vb)
 	var denied locationError
 	if errors.As(err, &denied) {
