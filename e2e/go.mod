@@ -7,6 +7,7 @@ require (
 	github.com/coffer-backup/coffer/apis v0.0.0
 	github.com/coffer-backup/coffer/driverkit v0.0.0
 	github.com/coffer-backup/coffer/e2e/harness v0.0.0
+	github.com/coffer-backup/coffer/velerokit v0.0.0
 	github.com/klauspost/compress v1.20.1
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0
@@ -68,6 +69,7 @@ require (
 	github.com/rs/xid v1.6.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/tinylib/msgp v1.6.4 // indirect
+	github.com/vmware-tanzu/velero v1.18.3 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
@@ -101,3 +103,5 @@ replace github.com/coffer-backup/coffer/apis => ../apis
 replace github.com/coffer-backup/coffer/e2e/harness => ./harness
 
 replace github.com/coffer-backup/coffer/driverkit => ../driverkit
+
+replace github.com/coffer-backup/coffer/velerokit => ../velerokit

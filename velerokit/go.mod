@@ -3,6 +3,7 @@ module github.com/coffer-backup/coffer/velerokit
 go 1.26.0
 
 require (
+	github.com/coffer-backup/coffer/apis v0.0.0-00010101000000-000000000000
 	github.com/coffer-backup/coffer/e2e/harness v0.0.0
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/stretchr/testify v1.12.1
@@ -16,7 +17,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/coffer-backup/coffer/apis v0.0.0-00010101000000-000000000000 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect

@@ -195,7 +195,7 @@ func start(t *testing.T, ctx context.Context) *env {
 	for _, comp := range manifests.Components {
 		base, err := manifests.Render(filepath.Join(root, "deploy", comp))
 		require.NoError(t, err)
-		objs, text, err := renderOverlay(root, work, comp, n.IP, api.Port())
+		objs, text, err := manifests.Overlay(root, work, comp, n.IP, api.Port())
 		require.NoError(t, err)
 		if comp == manifests.Components[0] {
 			t.Logf("overlay of deploy/%s (the others differ only in their base):\n%s", comp, text)

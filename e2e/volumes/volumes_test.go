@@ -17,6 +17,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/url"
@@ -30,6 +31,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +54,7 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
 	"github.com/coffer-backup/coffer/e2e/harness/node"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/velerokit/volumes"
 )
 
 // env is the suite's node, with its provisioner, Velero (server, node agent) and Coffer's
@@ -83,7 +86,12 @@ func TestVolumesOnARealNode(t *testing.T) {
 	require.NoError(t, err)
 	agent, err := images.Agent(ctx, root, work)
 	require.NoError(t, err)
-	n, err := node.Start(ctx, node.Options{Images: append(archives, helper, agent.Archive), ServeToPods: true, Logf: t.Logf,
+	// The verifier runs as deploy/verifier ships it (read-only root, its /tmp emptyDir): its image.
+	verifierBin := filepath.Join(work, "verifier")
+	require.NoError(t, images.BuildBinary(ctx, filepath.Join(root, "verifier"), "./cmd/verifier", verifierBin))
+	verifier, err := images.Build(ctx, images.Options{Binary: verifierBin, Name: "coffer/verifier:dev", Out: filepath.Join(work, "verifier.oci.tar")})
+	require.NoError(t, err)
+	n, err := node.Start(ctx, node.Options{Images: append(archives, helper, agent.Archive, verifier.Archive), ServeToPods: true, Logf: t.Logf,
 		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "harness", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -260,10 +268,11 @@ func (e *env) velero(t *testing.T) {
 	assert.Equal(t, want, got, "every file is back byte for byte")
 }
 
-// verifyVolumeData runs the verifier (as its ServiceAccount, with deploy/verifier/velero applied)
-// on Backup b: checksum-only reads every file of the volume's kopia snapshot from the repository
-// Velero wrote; with one byte flipped in one of the repository's packs, the same verification is a
-// critical finding naming the volume.
+// verifyVolumeData runs the verifier as deploy/verifier ships it (its Deployment on the node, with
+// deploy/verifier/velero applied and its own read-only store identity) on Backup b: checksum-only
+// reads every file of the volume's kopia snapshot from the repository Velero wrote; with one byte
+// flipped in one of the repository's packs, the same verification is a critical finding naming the
+// volume.
 func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v veleroapi.VolumeRecord, files, size int64) {
 	ctx, cl := e.ctx, e.cl
 	root, err := manifests.RepoRoot()
@@ -271,17 +280,33 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 	objs, err := manifests.Render(filepath.Join(root, "deploy", "verifier", "velero"))
 	require.NoError(t, err)
 	require.NoError(t, manifests.Apply(ctx, cl, objs))
-	verifier, err := components.Launch(root, t.TempDir(), e.n.Cluster.Kubeconfig, components.Spec{Module: "verifier", Binary: "verifier",
-		Namespace: "ugallu-system", Args: []string{"--cluster-id=volumes", "--etcd-snapshot-dir=" + t.TempDir()}})
+	// The verifier's own store identity, as docs/verifier.md says to make it: read-only, limited
+	// to the location's kopia repositories.
+	ini, err := e.stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
 	require.NoError(t, err)
-	t.Cleanup(func() { components.StopAndCheck(t, verifier) })
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-verifier-storage", Namespace: velerostack.Namespace},
+		StringData: map[string]string{"cloud": ini}}))
+	api, err := url.Parse(e.n.Cluster.Config.Host)
+	require.NoError(t, err)
+	deploy, _, err := manifests.Overlay(root, t.TempDir(), "verifier", api.Hostname(), api.Port())
+	require.NoError(t, err)
+	require.NoError(t, manifests.Apply(ctx, cl, deploy))
+	d := &appsv1.Deployment{}
+	var last string
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}, d); err != nil {
+			return false, err
+		}
+		last = fmt.Sprintf("%+v", d.Status)
+		return d.Status.ObservedGeneration == d.Generation && d.Status.ReadyReplicas == 1 && d.Status.UpdatedReplicas == 1, nil
+	}), "the verifier's Deployment rolls out: %s", last)
 	verify := func(name string) *securityv1.BackupVerifyResult {
 		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: securityv1.BackupVerifyRunSpec{
 			Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name}, Mode: securityv1.ModeChecksumOnly,
 			Timeout: &metav1.Duration{Duration: 5 * time.Minute}}}
 		require.NoError(t, cl.Create(ctx, run))
 		ended(t, ctx, cl, run, func() bool { return run.Status.Phase.IsTerminal() })
-		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v\nverifier log:\n%s", run.Status, verifier.Tail())
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v", run.Status)
 		res := &securityv1.BackupVerifyResult{}
 		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: run.Status.ResultName()}, res))
 		return res

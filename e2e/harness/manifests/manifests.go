@@ -264,3 +264,58 @@ func DeploymentArgs(dir string, env map[string]string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// overlayTemplate is the e2e overlay of deploy/<component>: the images are those the test
+// built and imported (same names as deploy/ ships, never pulled), and the containers find the
+// apiserver on the node's IP instead of the kubernetes Service's ClusterIP, which no kube-proxy
+// routes here. Nothing else changes; checkOverlay proves it against the plain render.
+const overlayTemplate = `# e2e overlay of deploy/%[1]s: imagePullPolicy Never, and where the apiserver is.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %[2]s
+patches:
+- target:
+    group: apps
+    version: v1
+    kind: Deployment
+  patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: any
+    spec:
+      template:
+        spec:
+          containers:
+          - name: manager
+            imagePullPolicy: Never
+            env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: "%[3]s"
+            - name: KUBERNETES_SERVICE_PORT
+              value: "%[4]s"
+`
+
+// OverlayEnv are the variables the overlay sets.
+var OverlayEnv = map[string]bool{"KUBERNETES_SERVICE_HOST": true, "KUBERNETES_SERVICE_PORT": true}
+
+// Overlay writes the e2e overlay of deploy/<comp> into dir and renders it; it returns the
+// overlay's text too. The overlay runs the images a test built and imported into a real node (the
+// names deploy/ ships, never pulled), with the API server at host:port, the node's address.
+func Overlay(root, dir, comp, host, port string) ([]*unstructured.Unstructured, string, error) {
+	od := filepath.Join(dir, "overlay-"+comp)
+	if err := os.MkdirAll(od, 0o755); err != nil {
+		return nil, "", err
+	}
+	base, err := filepath.Rel(od, filepath.Join(root, "deploy", comp))
+	if err != nil {
+		return nil, "", err
+	}
+	text := fmt.Sprintf(overlayTemplate, comp, base, host, port)
+	if err := os.WriteFile(filepath.Join(od, "kustomization.yaml"), []byte(text), 0o644); err != nil {
+		return nil, "", err
+	}
+	objs, err := Render(od)
+	return objs, text, err
+}

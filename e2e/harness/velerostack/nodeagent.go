@@ -3,8 +3,11 @@ package velerostack
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"time"
+
+	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +60,7 @@ func (s *Stack) InstallNodeAgent(ctx context.Context, a NodeAgent) error {
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "velero-" + Namespace},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "velero", Namespace: Namespace}}},
-		CloudCredentials(),
+		cloudCredentials(),
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fs-restore-action-config", Namespace: Namespace,
 			Labels: map[string]string{"velero.io/plugin-config": "", "velero.io/pod-volume-restore": "RestoreItemAction"}},
 			Data: map[string]string{"image": RestoreHelperImage}},
@@ -118,10 +121,28 @@ func (s *Stack) InstallNodeAgent(ctx context.Context, a NodeAgent) error {
 	return nil
 }
 
-// CloudCredentials is the Secret Velero's install creates in its namespace with the store's
+// cloudCredentials is the Secret Velero's install creates in its namespace with the store's
 // credentials (key cloud, an AWS shared credentials file), which its node agent mounts and which
 // opens its kopia repositories.
-func CloudCredentials() *corev1.Secret {
+func cloudCredentials() *corev1.Secret {
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials", Namespace: Namespace},
 		StringData: map[string]string{"cloud": credentialsINI()}}
+}
+
+// SessionCredentials is an AWS shared credentials file (profile default) of temporary
+// credentials of MinIO's root user narrowed by an S3 policy (STS AssumeRole with a session policy:
+// the root user's rights intersected with policy), valid for six hours: an identity with only the
+// rights policy grants, as an administrator would make one.
+func (s *Stack) SessionCredentials(policy string) (string, error) {
+	tr, err := s.transport()
+	if err != nil {
+		return "", err
+	}
+	sts := &credentials.STSAssumeRole{Client: &http.Client{Transport: tr}, STSEndpoint: s.S3URL(), Options: credentials.STSAssumeRoleOptions{
+		AccessKey: AccessKey, SecretKey: SecretKey, Policy: policy, Location: "us-east-1", DurationSeconds: int((6 * time.Hour).Seconds())}}
+	v, err := sts.Retrieve()
+	if err != nil {
+		return "", fmt.Errorf("velerostack: temporary credentials for a policy: %w", err)
+	}
+	return fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\naws_session_token=%s\n", v.AccessKeyID, v.SecretAccessKey, v.SessionToken), nil
 }

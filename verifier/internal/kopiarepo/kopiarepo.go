@@ -49,17 +49,10 @@ type Location struct {
 	CA     []byte
 	Region string
 	Bucket string
-	// Prefix is the repository's key prefix, ending in "/" (see VeleroPrefix).
+	// Prefix is the repository's key prefix, ending in "/" (velerokit/volumes.RepositoryPrefix for Velero's).
 	Prefix                      string
 	AccessKey, SecretKey, Token string
 	Password                    string
-}
-
-// VeleroPrefix is the key prefix of the kopia repository Velero keeps the volume data of
-// namespace ns in, under a storage location with prefix locationPrefix (Velero's layout:
-// <prefix>/kopia/<namespace>/).
-func VeleroPrefix(locationPrefix, ns string) string {
-	return path.Join(strings.Trim(locationPrefix, "/"), "kopia", ns) + "/"
 }
 
 // Repository is an open, read-only repository.

@@ -44,8 +44,3 @@ func TestDamageIsOnlyWhatTheDataSays(t *testing.T) {
 		}
 	}
 }
-
-func TestVeleroPrefix(t *testing.T) {
-	assert.Equal(t, "velero/kopia/shop/", VeleroPrefix("/velero/", "shop"))
-	assert.Equal(t, "kopia/shop/", VeleroPrefix("", "shop"))
-}

@@ -24,6 +24,7 @@ import (
 	"github.com/kopia/kopia/snapshot/policy"
 	"github.com/kopia/kopia/snapshot/upload"
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -38,6 +39,7 @@ import (
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
 	velerodriverv1 "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
+	"github.com/coffer-backup/coffer/velerokit/volumes"
 	"github.com/coffer-backup/coffer/verifier/internal/kopiarepo"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
 )
@@ -53,7 +55,7 @@ func volumeRepo(t testing.TB, ns, dir string) (loc kopiarepo.Location, snapshotI
 	pw := &corev1.Secret{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: velerocheck.RepoCredentialsSecret}, pw), "the Velero server creates its repository password")
 	loc = kopiarepo.Location{Endpoint: strings.TrimPrefix(stack.S3URL(), "http://"), Insecure: true, Region: "us-east-1", Bucket: velerostack.Bucket,
-		Prefix: kopiarepo.VeleroPrefix(velerostack.Prefix, ns), AccessKey: velerostack.AccessKey, SecretKey: velerostack.SecretKey,
+		Prefix: volumes.RepositoryPrefix(velerostack.Prefix, ns), AccessKey: velerostack.AccessKey, SecretKey: velerostack.SecretKey,
 		Password: string(pw.Data[velerocheck.RepoPasswordKey])}
 	st, err := s3.New(ctx, &s3.Options{BucketName: loc.Bucket, Prefix: loc.Prefix, Endpoint: loc.Endpoint, DoNotUseTLS: true,
 		AccessKeyID: loc.AccessKey, SecretAccessKey: loc.SecretKey, Region: loc.Region}, true)
@@ -77,6 +79,35 @@ func volumeRepo(t testing.TB, ns, dir string) (loc kopiarepo.Location, snapshotI
 		return err
 	}))
 	return loc, snapshotID
+}
+
+// verifierStorage creates the verifier's own store identity (velerocheck.StorageSecret) as the
+// docs say to: temporary credentials narrowed to volumes.ReadPolicy, under the key named as the
+// storage location; the key "cloud" beside it holds credentials that open nothing, so a run that
+// reads volume data proves the location's key is the one used. It returns the credentials file.
+func verifierStorage(t *testing.T) string {
+	t.Helper()
+	ini, err := stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
+	require.NoError(t, err)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: velerocheck.StorageSecret, Namespace: velerostack.Namespace},
+		StringData: map[string]string{velerostack.BSLName: ini, velerocheck.StorageDefaultKey: "[default]\naws_access_key_id=nobody\naws_secret_access_key=nothing\n"}}
+	require.NoError(t, client.IgnoreAlreadyExists(cl.Create(context.Background(), sec)))
+	return ini
+}
+
+// sessionClient is a MinIO client with the credentials of file ini (profile default).
+func sessionClient(t *testing.T, ini string) *minio.Client {
+	t.Helper()
+	v := map[string]string{}
+	for _, line := range strings.Split(ini, "\n") {
+		if k, val, ok := strings.Cut(line, "="); ok {
+			v[k] = val
+		}
+	}
+	c, err := minio.New(strings.TrimPrefix(stack.S3URL(), "http://"), &minio.Options{Region: "us-east-1",
+		Creds: credentials.NewStaticV4(v["aws_access_key_id"], v["aws_secret_access_key"], v["aws_session_token"])})
+	require.NoError(t, err)
+	return c
 }
 
 // volumeFiles writes random and compressible files into a new directory; it returns it, the
@@ -118,9 +149,7 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 	ns := uniq("vd")
 	namespaceWithData(t, ns)
 	vb := veleroBackup(t, uniq("vd"), true, ns)
-	if err := cl.Create(ctx, velerostack.CloudCredentials()); !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
+	readOnly := verifierStorage(t)
 	dir, files, size := volumeFiles(t)
 	loc, snap := volumeRepo(t, ns, dir)
 
@@ -235,6 +264,52 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 			assert.Equal(t, securityv1.SeverityMedium, f.Severity)
 			assert.Contains(t, f.Message, tt.want)
 		}
+	})
+
+	t.Run("the verifier's store identity reads the repositories and nothing else", func(t *testing.T) {
+		c := sessionClient(t, readOnly)
+		r, err := c.GetObject(ctx, velerostack.Bucket, largestPack(t, loc.Prefix), minio.GetObjectOptions{})
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, r)
+		r.Close()
+		require.NoError(t, err, "it reads the repository's packs")
+		denied := func(what string, err error) {
+			t.Helper()
+			assert.Equal(t, "AccessDenied", minio.ToErrorResponse(err).Code, "%s with the verifier's store identity: %v", what, err)
+		}
+		_, err = c.PutObject(ctx, velerostack.Bucket, loc.Prefix+"planted", strings.NewReader("x"), 1, minio.PutObjectOptions{})
+		denied("writing into a repository", err)
+		denied("deleting a pack", c.RemoveObject(ctx, velerostack.Bucket, largestPack(t, loc.Prefix), minio.RemoveObjectOptions{}))
+		tarball, err := c.GetObject(ctx, velerostack.Bucket, velerostack.ObjectKey(vb.Name), minio.GetObjectOptions{})
+		if err == nil {
+			_, err = tarball.Stat()
+		}
+		denied("reading a backup's tarball", err)
+	})
+
+	t.Run("without its own store identity the verifier says what to create, and reads no Velero credentials", func(t *testing.T) {
+		var read []string
+		reader := interceptor.NewClient(cl, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if _, ok := obj.(*corev1.Secret); ok {
+					read = append(read, key.Name)
+					if key.Name == velerocheck.StorageSecret {
+						return apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, key.Name)
+					}
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+		})
+		h := newHarness(t)
+		h.r = h.reconciler(reader)
+		run := veleroRun(t, "vd-no-identity", vb.Name, securityv1.ModeChecksumOnly, "")
+		h.finish(run)
+		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		res := result(t, run)
+		assert.ElementsMatch(t, []string{securityv1.CodeChecksumMatch, securityv1.CodeVolumeDataNotRead}, codes(res.Spec.Findings), findingsOf(res.Spec.Findings))
+		assert.Contains(t, finding(t, res.Spec.Findings, securityv1.CodeVolumeDataNotRead).Message, "Secret velero/coffer-verifier-storage, the verifier's own read-only credentials")
+		assert.Contains(t, read, velerocheck.StorageSecret)
+		assert.Subset(t, []string{velerocheck.StorageSecret, velerocheck.RepoCredentialsSecret}, read, "the only Secrets the verifier reads")
 	})
 
 	t.Run("one flipped byte in a pack of the repository is a critical finding naming the volume", func(t *testing.T) {

@@ -7,32 +7,31 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-	velerov2 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/velerokit/volumes"
 	"github.com/coffer-backup/coffer/verifier/internal/backend"
 	"github.com/coffer-backup/coffer/verifier/internal/kopiarepo"
 )
 
 // Volume data: a Velero backup's file-system backups (PodVolumeBackups) and data movement
 // (DataUploads) put each volume's data in a kopia repository per namespace under the storage
-// location (kopiarepo.VeleroPrefix). Checksum-only reads every file of every such snapshot to its
+// location (volumes.RepositoryPrefix). Checksum-only reads every file of every such snapshot to its
 // end through the kopia library, which verifies each content it reads; a content that does not
 // verify or is gone is a finding naming the volume, trouble reaching the store is an error.
 //
 // What it reads, it reads from Velero's own objects in Velero's namespace (found by the backup's
-// UID label, as Velero keeps it through a backup sync), with the repository password and the
-// store credentials Velero itself uses, by name (VolumeDataRole): the verifier holds no other
-// Secret of Velero's namespace, and opens the repository read-only.
+// UID label, as Velero keeps it through a backup sync), with Velero's repository password and the
+// verifier's own read-only store credentials (StorageSecret), each Secret by name
+// (VolumeDataRole): the verifier holds no other Secret of Velero's namespace, and opens the
+// repository read-only.
 
 // VolumeDataRole is the Role, in Velero's namespace, that lets the verifier list the volume
 // records of backups and read the two Secrets a repository opens with (deploy/verifier/velero).
@@ -42,10 +41,17 @@ const VolumeDataRole = "coffer-verifier-volume-data"
 const (
 	RepoCredentialsSecret = "velero-repo-credentials"
 	RepoPasswordKey       = "repository-password"
-	// CloudCredentialsSecret and CloudCredentialsKey are the Secret Velero's install mounts as its
-	// default credentials, used for a location without spec.credential.
-	CloudCredentialsSecret = "cloud-credentials"
-	CloudCredentialsKey    = "cloud"
+)
+
+// StorageSecret is the Secret, in Velero's namespace, that holds the verifier's own credentials
+// for the object store: a credentials file in the AWS format (as Velero's aws plugin reads its own,
+// with the profile the location's config names, else "default") under the key named as the
+// storage location, else under StorageDefaultKey. The verifier never reads Velero's store
+// credentials (Velero's identity may write and delete every backup): its identity needs only to
+// read the locations' kopia repositories (velerokit/volumes.ReadPolicy).
+const (
+	StorageSecret     = "coffer-verifier-storage"
+	StorageDefaultKey = "cloud"
 )
 
 // Details of a checksum-only Result of a backup with volume data.
@@ -66,36 +72,19 @@ type volume struct {
 	snapshot  string
 }
 
-// volumesOf lists the volume data of Velero backup vb.
+// volumesOf lists the volume data of Velero backup vb (volumes.Records).
 func (c *Checker) volumesOf(ctx context.Context, vb *velerov1.Backup) ([]volume, error) {
-	sel := client.MatchingLabels{velerov1.BackupUIDLabel: string(vb.UID)}
-	var vols []volume
-	pvbs := &velerov1.PodVolumeBackupList{}
-	if err := c.Reader.List(ctx, pvbs, client.InNamespace(vb.Namespace), sel); err != nil && !meta.IsNoMatchError(err) {
-		return nil, c.volumeAPIError("listing the PodVolumeBackups of Velero backup "+vb.Name, vb.Namespace, err)
+	records, err := volumes.Records(ctx, c.Reader, vb)
+	var lerr *volumes.ListError
+	if errors.As(err, &lerr) {
+		return nil, c.volumeAPIError(lerr.What, vb.Namespace, lerr.Err)
 	}
-	for _, p := range pvbs.Items {
-		vols = append(vols, volume{object: "velero.io/PodVolumeBackup " + p.Namespace + "/" + p.Name,
-			name:      fmt.Sprintf("volume %s of pod %s/%s", p.Spec.Volume, p.Spec.Pod.Namespace, p.Spec.Pod.Name),
-			namespace: p.Spec.Pod.Namespace, location: p.Spec.BackupStorageLocation, uploader: p.Spec.UploaderType,
-			phase: string(p.Status.Phase), snapshot: p.Status.SnapshotID})
+	vols := make([]volume, 0, len(records))
+	for _, r := range records {
+		vols = append(vols, volume{object: volumes.Object(r, vb.Namespace), name: volumes.Describe(r), namespace: r.Namespace,
+			location: r.StorageLocation, uploader: volumes.Uploader(r), phase: r.Phase, snapshot: r.SnapshotID})
 	}
-	dus := &velerov2.DataUploadList{}
-	if err := c.Reader.List(ctx, dus, client.InNamespace(vb.Namespace), sel); err != nil && !meta.IsNoMatchError(err) {
-		return nil, c.volumeAPIError("listing the DataUploads of Velero backup "+vb.Name, vb.Namespace, err)
-	}
-	for _, d := range dus.Items {
-		uploader := "kopia" // Velero's built-in data mover
-		if d.Spec.DataMover != "" && d.Spec.DataMover != "velero" {
-			uploader = "data mover " + d.Spec.DataMover
-		}
-		vols = append(vols, volume{object: "velero.io/DataUpload " + d.Namespace + "/" + d.Name,
-			name:      fmt.Sprintf("claim %s/%s", d.Spec.SourceNamespace, d.Spec.SourcePVC),
-			namespace: d.Spec.SourceNamespace, location: d.Spec.BackupStorageLocation, uploader: uploader,
-			phase: string(d.Status.Phase), snapshot: d.Status.SnapshotID})
-	}
-	sort.Slice(vols, func(i, j int) bool { return vols[i].object < vols[j].object })
-	return vols, nil
+	return vols, err
 }
 
 // volumeAPIError is trouble listing volume records, except a refusal: the verifier without
@@ -191,7 +180,7 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 				code = securityv1.CodeVolumeDataMissing
 			}
 			out.Add(code, securityv1.SeverityCritical, v.object, backend.Truncate(fmt.Sprintf("the data of %s (kopia snapshot %s in repository %s) does not read back: %v",
-				v.name, v.snapshot, kopiarepo.VeleroPrefix(bslPrefix(bsl), v.namespace), d), 2048))
+				v.name, v.snapshot, volumes.RepositoryPrefix(bslPrefix(bsl), v.namespace), d), 2048))
 			continue
 		case err != nil:
 			return nil, c.storageError(bsl, fmt.Sprintf("reading kopia snapshot %s of %s", v.snapshot, v.name), err)
@@ -227,8 +216,8 @@ func bslPrefix(bsl *velerov1.BackupStorageLocation) string {
 
 // repository is where Velero keeps the kopia repository of namespace ns under storage location
 // bsl, and what opens it: as Velero's unified repository provider computes them (an S3 location,
-// s3Url, region, caCert; the location's credential, else Velero's default one), with Velero's
-// repository password.
+// s3Url, region, caCert), with the verifier's own credentials for the location (StorageSecret) and
+// Velero's repository password.
 func (c *Checker) repository(ctx context.Context, bsl *velerov1.BackupStorageLocation, ns string) (kopiarepo.Location, error) {
 	var loc kopiarepo.Location
 	if p := bsl.Spec.Provider; p != "aws" && p != "velero.io/aws" {
@@ -238,7 +227,7 @@ func (c *Checker) repository(ctx context.Context, bsl *velerov1.BackupStorageLoc
 	if bsl.Spec.ObjectStorage != nil {
 		loc.Bucket = bsl.Spec.ObjectStorage.Bucket
 	}
-	loc.Prefix = kopiarepo.VeleroPrefix(bslPrefix(bsl), ns)
+	loc.Prefix = volumes.RepositoryPrefix(bslPrefix(bsl), ns)
 	loc.Region = cfg["region"]
 	if s := cfg["s3Url"]; s != "" {
 		u, err := url.Parse(s)
@@ -260,11 +249,7 @@ func (c *Checker) repository(ctx context.Context, bsl *velerov1.BackupStorageLoc
 		return loc, err
 	}
 	loc.CA = ca
-	secret, key := CloudCredentialsSecret, CloudCredentialsKey
-	if cred := bsl.Spec.Credential; cred != nil {
-		secret, key = cred.Name, cred.Key
-	}
-	creds, err := c.secretKey(ctx, bsl.Namespace, secret, key)
+	creds, key, err := c.storageIdentity(ctx, bsl)
 	if err != nil {
 		return loc, err
 	}
@@ -273,7 +258,7 @@ func (c *Checker) repository(ctx context.Context, bsl *velerov1.BackupStorageLoc
 		profile = "default"
 	}
 	if loc.AccessKey, loc.SecretKey, loc.Token, err = awsCredentials(creds, profile); err != nil {
-		return loc, locationError(fmt.Sprintf("the credentials of storage location %s (Secret %s/%s, key %s): %v", bsl.Name, bsl.Namespace, secret, key, err))
+		return loc, locationError(fmt.Sprintf("the verifier's credentials for storage location %s (Secret %s/%s, key %s): %v", bsl.Name, bsl.Namespace, StorageSecret, key, err))
 	}
 	pw, err := c.secretKey(ctx, bsl.Namespace, RepoCredentialsSecret, RepoPasswordKey)
 	if err != nil {
@@ -283,24 +268,52 @@ func (c *Checker) repository(ctx context.Context, bsl *velerov1.BackupStorageLoc
 	return loc, nil
 }
 
+// storageIdentity is the verifier's own credentials file for storage location bsl
+// (StorageSecret: the key named as the location, else StorageDefaultKey) and the key it was under.
+func (c *Checker) storageIdentity(ctx context.Context, bsl *velerov1.BackupStorageLocation) ([]byte, string, error) {
+	sec, err := c.secret(ctx, bsl.Namespace, StorageSecret)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, key := range []string{bsl.Name, StorageDefaultKey} {
+		if v, ok := sec.Data[key]; ok {
+			return v, key, nil
+		}
+	}
+	return nil, "", locationError(fmt.Sprintf("Secret %s/%s has neither key %q nor key %q: add the verifier's read-only credentials for storage location %s (docs/verifier.md)",
+		bsl.Namespace, StorageSecret, bsl.Name, StorageDefaultKey, bsl.Name))
+}
+
 // secretKey reads one key of a Secret the VolumeDataRole names.
 func (c *Checker) secretKey(ctx context.Context, ns, name, key string) ([]byte, error) {
-	sec := &corev1.Secret{}
-	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec); err != nil {
-		what := fmt.Sprintf("reading Secret %s/%s", ns, name)
-		switch {
-		case apierrors.IsForbidden(err):
-			return nil, locationError(fmt.Sprintf("%s is forbidden to the verifier: add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)", what, name, ns, VolumeDataRole))
-		case apierrors.IsNotFound(err):
-			return nil, locationError(fmt.Sprintf("Secret %s/%s, which opens Velero's repositories, does not exist (a storage location whose credentials are not in a Secret cannot be read by the verifier)", ns, name))
-		}
-		return nil, backend.APIError(what, err)
+	sec, err := c.secret(ctx, ns, name)
+	if err != nil {
+		return nil, err
 	}
 	v, ok := sec.Data[key]
 	if !ok {
 		return nil, locationError(fmt.Sprintf("Secret %s/%s has no key %q", ns, name, key))
 	}
 	return v, nil
+}
+
+// secret reads a Secret the VolumeDataRole names; one the verifier may not read or that does not
+// exist is a locationError saying what to do.
+func (c *Checker) secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	sec := &corev1.Secret{}
+	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec); err != nil {
+		what := fmt.Sprintf("reading Secret %s/%s", ns, name)
+		switch {
+		case apierrors.IsForbidden(err):
+			return nil, locationError(fmt.Sprintf("%s is forbidden to the verifier: add %q to the resourceNames of Role %s/%s (deploy/verifier/velero)", what, name, ns, VolumeDataRole))
+		case apierrors.IsNotFound(err) && name == StorageSecret:
+			return nil, locationError(fmt.Sprintf("Secret %s/%s, the verifier's own read-only credentials for the object store, does not exist: create it (docs/verifier.md, \"Volume data\")", ns, name))
+		case apierrors.IsNotFound(err):
+			return nil, locationError(fmt.Sprintf("Secret %s/%s, which opens Velero's repositories, does not exist", ns, name))
+		}
+		return nil, backend.APIError(what, err)
+	}
+	return sec, nil
 }
 
 // awsCredentials reads a profile of an AWS shared credentials file (the format of Velero's
