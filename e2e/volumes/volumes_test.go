@@ -282,10 +282,10 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 	require.NoError(t, manifests.Apply(ctx, cl, objs))
 	// The verifier's own store identity, as docs/verifier.md says to make it: read-only, limited
 	// to the location's kopia repositories.
-	ini, err := e.stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
+	creds, err := e.stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
 	require.NoError(t, err)
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-verifier-storage", Namespace: velerostack.Namespace},
-		StringData: map[string]string{"cloud": ini}}))
+		StringData: map[string]string{"cloud": velerostack.CredentialsFile(creds)}}))
 	api, err := url.Parse(e.n.Cluster.Config.Host)
 	require.NoError(t, err)
 	deploy, _, err := manifests.Overlay(root, t.TempDir(), "verifier", api.Hostname(), api.Port())

@@ -12,20 +12,17 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	jobv1 "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
-	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 )
 
 // restrictedClient is a client of the shared MinIO with temporary credentials limited by policy
-// (STS AssumeRole with a session policy: the root user's rights, intersected with it).
+// (velerostack.SessionCredentials).
 func restrictedClient(t *testing.T, policy string) *minio.Client {
 	t.Helper()
-	creds, err := credentials.NewSTSAssumeRole("http://"+store(t).S3Endpoint, credentials.STSAssumeRoleOptions{
-		AccessKey: velerostack.AccessKey, SecretKey: velerostack.SecretKey, Policy: policy, Location: "us-east-1", DurationSeconds: 3600,
-	})
+	v, err := store(t).SessionCredentials(policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := minio.New(store(t).S3Endpoint, &minio.Options{Creds: creds, Region: "us-east-1"})
+	c, err := minio.New(store(t).S3Endpoint, &minio.Options{Creds: credentials.NewStaticV4(v.AccessKeyID, v.SecretAccessKey, v.SessionToken), Region: "us-east-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

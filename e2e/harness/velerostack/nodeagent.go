@@ -129,20 +129,25 @@ func cloudCredentials() *corev1.Secret {
 		StringData: map[string]string{"cloud": credentialsINI()}}
 }
 
-// SessionCredentials is an AWS shared credentials file (profile default) of temporary
-// credentials of MinIO's root user narrowed by an S3 policy (STS AssumeRole with a session policy:
-// the root user's rights intersected with policy), valid for six hours: an identity with only the
-// rights policy grants, as an administrator would make one.
-func (s *Stack) SessionCredentials(policy string) (string, error) {
+// SessionCredentials are temporary credentials of MinIO's root user narrowed by an S3 policy
+// (STS AssumeRole with a session policy: the root user's rights intersected with policy), valid
+// for six hours: an identity with only the rights policy grants, as an administrator would make
+// one. CredentialsFile writes them as a Secret holds them.
+func (s *Stack) SessionCredentials(policy string) (credentials.Value, error) {
 	tr, err := s.transport()
 	if err != nil {
-		return "", err
+		return credentials.Value{}, err
 	}
 	sts := &credentials.STSAssumeRole{Client: &http.Client{Transport: tr}, STSEndpoint: s.S3URL(), Options: credentials.STSAssumeRoleOptions{
 		AccessKey: AccessKey, SecretKey: SecretKey, Policy: policy, Location: "us-east-1", DurationSeconds: int((6 * time.Hour).Seconds())}}
 	v, err := sts.Retrieve()
 	if err != nil {
-		return "", fmt.Errorf("velerostack: temporary credentials for a policy: %w", err)
+		return credentials.Value{}, fmt.Errorf("velerostack: temporary credentials for a policy: %w", err)
 	}
-	return fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\naws_session_token=%s\n", v.AccessKeyID, v.SecretAccessKey, v.SessionToken), nil
+	return v, nil
+}
+
+// CredentialsFile is v as an AWS shared credentials file (profile default).
+func CredentialsFile(v credentials.Value) string {
+	return fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\naws_session_token=%s\n", v.AccessKeyID, v.SecretAccessKey, v.SessionToken)
 }

@@ -84,30 +84,15 @@ func volumeRepo(t testing.TB, ns, dir string) (loc kopiarepo.Location, snapshotI
 // verifierStorage creates the verifier's own store identity (velerocheck.StorageSecret) as the
 // docs say to: temporary credentials narrowed to volumes.ReadPolicy, under the key named as the
 // storage location; the key "cloud" beside it holds credentials that open nothing, so a run that
-// reads volume data proves the location's key is the one used. It returns the credentials file.
-func verifierStorage(t *testing.T) string {
+// reads volume data proves the location's key is the one used. It returns the credentials.
+func verifierStorage(t *testing.T) credentials.Value {
 	t.Helper()
-	ini, err := stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
+	creds, err := stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
 	require.NoError(t, err)
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: velerocheck.StorageSecret, Namespace: velerostack.Namespace},
-		StringData: map[string]string{velerostack.BSLName: ini, velerocheck.StorageDefaultKey: "[default]\naws_access_key_id=nobody\naws_secret_access_key=nothing\n"}}
+		StringData: map[string]string{velerostack.BSLName: velerostack.CredentialsFile(creds), velerocheck.StorageDefaultKey: "[default]\naws_access_key_id=nobody\naws_secret_access_key=nothing\n"}}
 	require.NoError(t, client.IgnoreAlreadyExists(cl.Create(context.Background(), sec)))
-	return ini
-}
-
-// sessionClient is a MinIO client with the credentials of file ini (profile default).
-func sessionClient(t *testing.T, ini string) *minio.Client {
-	t.Helper()
-	v := map[string]string{}
-	for _, line := range strings.Split(ini, "\n") {
-		if k, val, ok := strings.Cut(line, "="); ok {
-			v[k] = val
-		}
-	}
-	c, err := minio.New(strings.TrimPrefix(stack.S3URL(), "http://"), &minio.Options{Region: "us-east-1",
-		Creds: credentials.NewStaticV4(v["aws_access_key_id"], v["aws_secret_access_key"], v["aws_session_token"])})
-	require.NoError(t, err)
-	return c
+	return creds
 }
 
 // volumeFiles writes random and compressible files into a new directory; it returns it, the
@@ -267,7 +252,9 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 	})
 
 	t.Run("the verifier's store identity reads the repositories and nothing else", func(t *testing.T) {
-		c := sessionClient(t, readOnly)
+		c, err := minio.New(strings.TrimPrefix(stack.S3URL(), "http://"), &minio.Options{Region: "us-east-1",
+			Creds: credentials.NewStaticV4(readOnly.AccessKeyID, readOnly.SecretAccessKey, readOnly.SessionToken)})
+		require.NoError(t, err)
 		r, err := c.GetObject(ctx, velerostack.Bucket, largestPack(t, loc.Prefix), minio.GetObjectOptions{})
 		require.NoError(t, err)
 		_, err = io.Copy(io.Discard, r)
