@@ -89,29 +89,7 @@ func installable(t *testing.T, cl client.Client, objs []*unstructured.Unstructur
 	return take, skipped
 }
 
-// deploymentReady tells whether a Deployment has rolled out: its current generation observed,
-// every replica updated, Ready and Available, and the Available condition true.
-func deploymentReady(d *appsv1.Deployment) (bool, string) {
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
-	s := d.Status
-	if s.ObservedGeneration < d.Generation {
-		return false, "generation not observed"
-	}
-	if s.Replicas != want || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.AvailableReplicas != want {
-		return false, fmt.Sprintf("replicas %d/%d, updated %d, ready %d, available %d", s.Replicas, want, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas)
-	}
-	for _, c := range s.Conditions {
-		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
-			return true, ""
-		}
-	}
-	return false, "no Available=True condition"
-}
-
-// waitRolledOut waits until every Deployment is ready (deploymentReady).
+// waitRolledOut waits until every Deployment is ready (manifests.RolledOut).
 func (e *env) waitRolledOut(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	why := map[string]string{}
@@ -122,7 +100,7 @@ func (e *env) waitRolledOut(t *testing.T, timeout time.Duration) {
 			if err := e.cl.Get(ctx, c.deployment, d); err != nil {
 				return false, err
 			}
-			ok, w := deploymentReady(d)
+			ok, w := manifests.RolledOut(d)
 			why[c.name] = w
 			all = all && ok
 		}

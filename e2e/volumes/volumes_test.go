@@ -31,7 +31,6 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +39,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -291,15 +291,12 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 	deploy, _, err := manifests.Overlay(root, t.TempDir(), "verifier", api.Hostname(), api.Port())
 	require.NoError(t, err)
 	require.NoError(t, manifests.Apply(ctx, cl, deploy))
-	d := &appsv1.Deployment{}
-	var last string
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}, d); err != nil {
-			return false, err
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the verifier's log:\n%s", podLogs(t, e.n, "ugallu-system"))
 		}
-		last = fmt.Sprintf("%+v", d.Status)
-		return d.Status.ObservedGeneration == d.Generation && d.Status.ReadyReplicas == 1 && d.Status.UpdatedReplicas == 1, nil
-	}), "the verifier's Deployment rolls out: %s", last)
+	})
+	require.NoError(t, manifests.WaitRolledOut(ctx, cl, client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}, 3*time.Minute))
 	verify := func(name string) *securityv1.BackupVerifyResult {
 		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: securityv1.BackupVerifyRunSpec{
 			Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name}, Mode: securityv1.ModeChecksumOnly,
@@ -493,4 +490,29 @@ func tree(t *testing.T, dir string) map[string]string {
 		return nil
 	}))
 	return out
+}
+
+// podLogs returns the logs of every container of every pod in namespace ns, for a failed test.
+func podLogs(t *testing.T, n *node.Node, ns string) string {
+	cs, err := kubernetes.NewForConfig(n.Cluster.Config)
+	if err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			raw, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr.To[int64](200)}).DoRaw(ctx)
+			if err != nil {
+				raw = []byte(err.Error())
+			}
+			fmt.Fprintf(&b, "--- %s/%s:\n%s\n", p.Name, c.Name, raw)
+		}
+	}
+	return b.String()
 }

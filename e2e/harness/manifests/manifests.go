@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -318,4 +320,44 @@ func Overlay(root, dir, comp, host, port string) ([]*unstructured.Unstructured, 
 	}
 	objs, err := Render(od)
 	return objs, text, err
+}
+
+// RolledOut tells whether a Deployment has rolled out, and if not, why: its current generation
+// observed, every replica updated, Ready and Available, and the Available condition true.
+func RolledOut(d *appsv1.Deployment) (bool, string) {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	s := d.Status
+	if s.ObservedGeneration < d.Generation {
+		return false, "generation not observed"
+	}
+	if s.Replicas != want || s.UpdatedReplicas != want || s.ReadyReplicas != want || s.AvailableReplicas != want {
+		return false, fmt.Sprintf("replicas %d/%d, updated %d, ready %d, available %d", s.Replicas, want, s.UpdatedReplicas, s.ReadyReplicas, s.AvailableReplicas)
+	}
+	for _, c := range s.Conditions {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
+			return true, ""
+		}
+	}
+	return false, "no Available=True condition"
+}
+
+// WaitRolledOut waits until Deployment key has rolled out (RolledOut); its error says why not.
+func WaitRolledOut(ctx context.Context, c client.Client, key client.ObjectKey, timeout time.Duration) error {
+	why := ""
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		d := &appsv1.Deployment{}
+		if err := c.Get(ctx, key, d); err != nil {
+			return false, err
+		}
+		ok, w := RolledOut(d)
+		why = w
+		return ok, nil
+	})
+	if err != nil {
+		return fmt.Errorf("deployment %s has not rolled out (%s): %w", key, why, err)
+	}
+	return nil
 }
