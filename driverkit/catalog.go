@@ -418,7 +418,17 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 	b.Status.Artifact = r.Artifact.DeepCopy()
 	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue,
 		Reason: ReasonImported, Message: fmt.Sprintf("Imported from the record %s, written by cluster %s", e.Location, clusterName(r.SourceCluster))})
-	if _, err := PatchStatus(ctx, c.Client, b, orig); err != nil {
+	var err error
+	if created {
+		// Just created, so the whole status is this sync's and the create's resourceVersion is the
+		// lock: an update costs the API server less than a merge patch (no read and merge of the
+		// stored object), which is most of an import's cost.
+		stamp(b)
+		err = c.Client.Status().Update(ctx, b)
+	} else {
+		_, err = PatchStatus(ctx, c.Client, b, orig)
+	}
+	if err != nil {
 		return outcome{err: fmt.Errorf("recording the artifact of imported Backup %s: %w", key, err)}
 	}
 	return outcome{imports: c.importsOf(b), created: created}

@@ -170,7 +170,8 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: f.strategy.Name}, TakenAt: metav1.Now()}}
 	require.NoError(t, cl.Create(ctx, existing))
 
-	// A crash between creating the first Backup and writing its status: the status write fails once.
+	// A crash between creating the first Backup and writing its status: the status write (an update
+	// for a Backup just created, a patch for one found) fails once.
 	var failed atomic.Bool // the sync writes Backups from several goroutines
 	crashing := interceptor.NewClient(cl.(client.WithWatch), interceptor.Funcs{
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
@@ -178,6 +179,13 @@ func TestCatalogImportsTheBackupsOfAnotherCluster(t *testing.T) {
 				return errors.New("the process died here")
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		// A Backup the sync has just created gets its status by an update.
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*backupsv1.Backup); ok && failed.CompareAndSwap(false, true) {
+				return errors.New("the process died here")
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
 		}})
 	kit := driver.New(&driver.Driver{Client: cl, Live: cl, Scheme: sch, Recorder: f.rec}, f.clock)
 	kit.ClusterName = "cluster-b"

@@ -19,6 +19,7 @@ package driver
 // that calls it in docs/security.md, which a test keeps equal to deploy/.
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups/status,verbs=update
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/finalizers;restorejobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch

@@ -17,6 +17,7 @@ package driver
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs;restorejobs;backups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=plans,verbs=get
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupjobs/status;restorejobs/status;backups/status,verbs=patch
+// +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups/status,verbs=update
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backups,verbs=create;patch
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=backupclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=velerodriver.backups.cozystack.io,resources=velerobackupstrategies,verbs=get;list;watch
