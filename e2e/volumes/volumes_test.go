@@ -241,6 +241,7 @@ func (e *env) velero(t *testing.T) {
 		}
 	}
 	e.verifyVolumeData(t, ns, backup, v, files, size)
+	e.fullRestore(t, ns, backup.Spec.DriverMetadata[veleroapi.MetaBackupName], files)
 
 	// The volume is lost: the pod and the claim are deleted, the provisioner removes the data.
 	e.lose(t, ns, "shop", "data", dir)
@@ -359,6 +360,42 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 	assert.Contains(t, corrupt.Object, "velero.io/PodVolumeBackup "+velerostack.Namespace+"/")
 	assert.Contains(t, corrupt.Message, "volume "+v.PodVolume+" of pod "+ns+"/"+v.Pod)
 	assert.Contains(t, corrupt.Message, v.SnapshotID)
+}
+
+// fullRestore runs a full-restore verification of Velero backup name (the verifier's velero
+// backend, as deploy/verifier ships it, already running): the objects are restored into a sandbox
+// and compared, then the pod and claim are restored into a volume sandbox whose pod runs the
+// verifier's reader in place of the application, Velero's node agent writes the volume's data,
+// and every file restored is compared with the repository's record of it.
+func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
+	ctx, cl := e.ctx, e.cl
+	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "full-restore", Namespace: ns}, Spec: securityv1.BackupVerifyRunSpec{
+		Backend: securityv1.BackendVelero, BackupRef: securityv1.BackupRef{Name: name, Namespace: velerostack.Namespace}, Mode: securityv1.ModeFullRestore,
+		SandboxNamespace: "shop-verify" + securityv1.SandboxSuffix, Timeout: &metav1.Duration{Duration: 5 * time.Minute}}}
+	require.NoError(t, cl.Create(ctx, run))
+	ended(t, ctx, cl, run, func() bool { return run.Status.Phase.IsTerminal() })
+	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v", run.Status)
+	res := &securityv1.BackupVerifyResult{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: run.Status.ResultName()}, res))
+	var restored *securityv1.Finding
+	for i, f := range res.Spec.Findings {
+		assert.NotEqual(t, securityv1.SeverityCritical, f.Severity, "%+v", f)
+		if f.Code == securityv1.CodeVolumeDataMatch && strings.Contains(f.Message, "restored into the volume sandboxes") {
+			restored = &res.Spec.Findings[i]
+		}
+	}
+	require.NotNil(t, restored, "the volume's data was restored and compared: %+v", res.Spec.Findings)
+	assert.Contains(t, restored.Message, fmt.Sprintf("all %d file(s) identical", files))
+	assert.Equal(t, "1", res.Spec.Details["volumesRestored"])
+	assert.Equal(t, strconv.FormatInt(files, 10), res.Spec.Details["volumeFilesCompared"])
+	// The sandboxes go with the run.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list := &corev1.NamespaceList{}
+		if err := cl.List(ctx, list, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	}), "the run's sandboxes are deleted")
 }
 
 // jobDriver: the sample JobBackupStrategy (volume-tar) backs up the claim <application>-data,

@@ -103,6 +103,10 @@ const (
 	// uploader than kopia, a snapshot left in the storage system) or not complete in Velero;
 	// medium: the verdict does not cover it.
 	CodeVolumeDataNotRead = "volume-data-not-read"
+	// CodeVolumeDataRestoreMismatch: a full-restore restored a volume's data into a sandbox, and
+	// what came back is not what the repository holds (a file missing, added or changed), or the
+	// volume did not come back; critical.
+	CodeVolumeDataRestoreMismatch = "volume-data-restore-mismatch"
 )
 
 // CodeCheckNotRun: the verifier could not run one of its checks. It is a fault of the verifier's
@@ -111,7 +115,7 @@ const CodeCheckNotRun = "check-not-run"
 
 var codePriority = func() map[string]int {
 	order := []string{
-		CodeChecksumMismatch, CodeSizeMismatch, CodeArtifactMissing, CodeVolumeDataCorrupt, CodeVolumeDataMissing, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned, CodeSandboxTampered,
+		CodeChecksumMismatch, CodeSizeMismatch, CodeArtifactMissing, CodeVolumeDataCorrupt, CodeVolumeDataMissing, CodeVolumeDataRestoreMismatch, CodeEtcdSnapshotCorrupt, CodeRestoreFailed, CodeSandboxNotOwned, CodeSandboxTampered,
 		CodeBackupNotFound, CodeBackupNotReady,
 		CodeVeleroBackupNotFound, CodeEtcdSnapshotNotFound, CodeEtcdSnapshotRefInvalid,
 		CodeVeleroCRDMissing, CodeObjectMissing, CodeRestorePartiallyFailed, CodeTimeout, CodeCheckNotRun,

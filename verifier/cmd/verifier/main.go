@@ -65,6 +65,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == etcdsnap.CheckCommand {
 		os.Exit(etcdsnap.PodMain(os.Args[2:], os.Stdout))
 	}
+	if len(os.Args) > 1 && os.Args[1] == velerocheck.ReadVolumesCommand {
+		os.Exit(velerocheck.ReaderMain(os.Args[2:], os.Stdout))
+	}
 	// A lister pod (an etcd-snapshot policy's, with --etcd-check-pods) lists a node's snapshots.
 	if len(os.Args) > 1 && os.Args[1] == etcdsnap.ListCommand {
 		os.Exit(etcdsnap.ListMain(os.Args[2:], os.Stdout))
@@ -165,6 +168,12 @@ func run(ctx context.Context, o options) error {
 	// Every backend that restores makes its sandboxes through this one Maker.
 	sb := &sandbox.Maker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: sa}
 	vc := &velerocheck.Checker{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), DownloadTimeout: o.downloadTimeout, Sandbox: sb}
+	if o.podName != "" && o.trustNamespace != "" {
+		// The readers of a full-restore of volume data run the verifier's own image.
+		if vc.ReaderImage, err = ownImage(ctx, mgr.GetAPIReader(), o); err != nil {
+			ctrl.Log.Error(err, "Volume data will not be restored by full-restores")
+		}
+	}
 	if o.trustNamespace != "" {
 		vc.Trust = &velerocheck.TrustStore{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: o.trustNamespace}
 		// A record outlives its backup by the run TTL at least (a month by default).
@@ -286,19 +295,28 @@ func checkPods(ctx context.Context, mgr ctrl.Manager, o options) (*etcdsnap.PodB
 		if o.podName == "" {
 			return nil, errors.New("--etcd-check-pods needs an image: set --etcd-check-image, or --pod-name (POD_NAME) to run the verifier's own")
 		}
-		pod := &corev1.Pod{}
-		if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: o.trustNamespace, Name: o.podName}, pod); err != nil {
-			return nil, fmt.Errorf("reading the verifier's pod for its image: %w", err)
-		}
-		for i, c := range pod.Spec.Containers {
-			if c.Name == "manager" || i == 0 {
-				image = c.Image
-			}
+		if image, err = ownImage(ctx, mgr.GetAPIReader(), o); err != nil {
+			return nil, err
 		}
 	}
 	ctrl.Log.Info("etcd snapshots are checked in pods on the nodes that hold them", "image", image, "namespace", o.trustNamespace, "node", o.nodeName)
 	return &etcdsnap.PodBackend{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.trustNamespace, Image: image,
 		HostDir: o.snapshotDir, Node: o.nodeName, Memory: mem}, nil
+}
+
+// ownImage reads the verifier's own image from its pod (--pod-name in --checksum-trust-namespace).
+func ownImage(ctx context.Context, r client.Reader, o options) (string, error) {
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: o.trustNamespace, Name: o.podName}, pod); err != nil {
+		return "", fmt.Errorf("reading the verifier's pod for its image: %w", err)
+	}
+	image := ""
+	for i, c := range pod.Spec.Containers {
+		if c.Name == "manager" || i == 0 {
+			image = c.Image
+		}
+	}
+	return image, nil
 }
 
 // Secure metrics (metricskit.Options) ask the API server about each scrape's token and access.

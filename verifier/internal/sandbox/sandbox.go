@@ -128,8 +128,20 @@ type Maker struct {
 // each backend weighs its own way, or it sets out.Done false while an earlier pass's sandbox is
 // still being deleted. Backends restore into them their own way.
 func (m *Maker) Ensure(ctx context.Context, run *securityv1.BackupVerifyRun, names []string, out *backend.Outcome) (ready bool, refused *securityv1.Finding, _ error) {
+	quotas := make(map[string]int, len(names))
 	for _, name := range names {
-		wait, f, err := m.ensureSandbox(ctx, run, name)
+		quotas[name] = 0
+	}
+	return m.EnsureWithPods(ctx, run, quotas, out)
+}
+
+// EnsureWithPods is Ensure for sandboxes whose ResourceQuota allows the given number of pods
+// (by sandbox): a volume sandbox, where each pod the restore brings runs the verifier's reader
+// in place of the backup's containers (velerocheck's volume readers). Everything else confines
+// them as any sandbox.
+func (m *Maker) EnsureWithPods(ctx context.Context, run *securityv1.BackupVerifyRun, pods map[string]int, out *backend.Outcome) (ready bool, refused *securityv1.Finding, _ error) {
+	for _, name := range slices.Sorted(maps.Keys(pods)) {
+		wait, f, err := m.ensureSandbox(ctx, run, name, quotaOf(pods[name]))
 		switch {
 		case err != nil:
 			return false, nil, err
@@ -158,7 +170,7 @@ func Refused(out *backend.Outcome, f securityv1.Finding) error {
 // create for this run is refused (a finding), never reused. wait is true while this run's own
 // sandbox from an earlier pass, or an earlier run's sandbox of the same name, is still being
 // deleted.
-func (m *Maker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string) (wait bool, _ *securityv1.Finding, _ error) {
+func (m *Maker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyRun, name string, quota corev1.ResourceQuotaSpec) (wait bool, _ *securityv1.Finding, _ error) {
 	ns := &corev1.Namespace{}
 	err := m.Reader.Get(ctx, client.ObjectKey{Name: name}, ns)
 	switch {
@@ -166,7 +178,7 @@ func (m *Maker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyR
 		if !ns.DeletionTimestamp.IsZero() {
 			return true, nil, nil
 		}
-		return false, nil, m.confine(ctx, run, name)
+		return false, nil, m.confine(ctx, run, name, quota)
 	case err == nil && ns.Labels[securityv1.LabelRunUID] != "" && !ns.DeletionTimestamp.IsZero():
 		// An earlier run's sandbox of the same name (a nightly run reusing its name), still
 		// being deleted: nothing of it is used, and this run waits until it is gone.
@@ -190,13 +202,13 @@ func (m *Maker) ensureSandbox(ctx context.Context, run *securityv1.BackupVerifyR
 		// AlreadyExists included: the next pass reads whose it is.
 		return false, nil, backend.APIError("creating sandbox namespace "+name, err)
 	}
-	return false, nil, m.confine(ctx, run, name)
+	return false, nil, m.confine(ctx, run, name, quota)
 }
 
 // confine binds the verifier to Role in the sandbox and denies its pods all traffic and any
 // start. Each is created once; AlreadyExists is this run's own from an earlier pass (the namespace
 // carries the run's UID, so nobody else's objects are in it before the restore).
-func (m *Maker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, ns string) error {
+func (m *Maker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, ns string, quota corev1.ResourceQuotaSpec) error {
 	if m.ServiceAccount.Name == "" || m.ServiceAccount.Namespace == "" {
 		return fmt.Errorf("the verifier does not know its own ServiceAccount, which it binds to %s in each sandbox; set --service-account", Role)
 	}
@@ -211,13 +223,13 @@ func (m *Maker) confine(ctx context.Context, run *securityv1.BackupVerifyRun, ns
 		return backend.APIError(fmt.Sprintf("binding the verifier to ClusterRole %s in sandbox %s", Role, ns), err)
 	}
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: NetworkPolicy, Namespace: ns, Labels: labels}, Spec: denyAll()}
-	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: Quota, Namespace: ns, Labels: labels}, Spec: noPods()}
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: Quota, Namespace: ns, Labels: labels}, Spec: quota}
 	for _, o := range []struct {
 		obj  client.Object
 		what string
 	}{
 		{np, "the deny-all NetworkPolicy " + NetworkPolicy},
-		{q, "the ResourceQuota of zero pods " + Quota},
+		{q, fmt.Sprintf("the ResourceQuota of %s pods %s", quota.Hard.Pods(), Quota)},
 	} {
 		// The binding just created takes effect when the API server's RBAC informers see it: a
 		// Forbidden in the first seconds is that delay, not a missing right.
@@ -254,9 +266,9 @@ func denyAll() networkingv1.NetworkPolicySpec {
 	}
 }
 
-// noPods is the spec of a sandbox's ResourceQuota: zero pods.
-func noPods() corev1.ResourceQuotaSpec {
-	return corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+// quotaOf is the spec of a sandbox's ResourceQuota: n pods (zero but in a volume sandbox).
+func quotaOf(n int) corev1.ResourceQuotaSpec {
+	return corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(n), resource.DecimalSI)}}
 }
 
 // Recheck is the last step before a diff reads the sandboxes of a finished restore (source
@@ -283,8 +295,19 @@ func (m *Maker) Recheck(ctx context.Context, run *securityv1.BackupVerifyRun, ma
 // confined while the backup was restored and compared, so the diff would say nothing reliable.
 // An error is trouble reading the sandbox (retried).
 func (m *Maker) Check(ctx context.Context, run *securityv1.BackupVerifyRun, sandboxes []string) ([]securityv1.Finding, error) {
-	var out []securityv1.Finding
+	pods := make(map[string]int, len(sandboxes))
 	for _, ns := range sandboxes {
+		pods[ns] = 0
+	}
+	return m.CheckWithPods(ctx, run, pods, nil)
+}
+
+// CheckWithPods is Check for sandboxes made by EnsureWithPods: each one's ResourceQuota must allow
+// exactly its number of pods, and a Pod in it is no departure when reader says it is one of the
+// verifier's readers.
+func (m *Maker) CheckWithPods(ctx context.Context, run *securityv1.BackupVerifyRun, pods map[string]int, reader func(*corev1.Pod) bool) ([]securityv1.Finding, error) {
+	var out []securityv1.Finding
+	for _, ns := range slices.Sorted(maps.Keys(pods)) {
 		bad := func(object, format string, args ...any) {
 			out = append(out, securityv1.Finding{Code: securityv1.CodeSandboxTampered, Severity: securityv1.SeverityCritical, Object: object,
 				Message: fmt.Sprintf("sandbox %s: ", ns) + fmt.Sprintf(format, args...) + "; the sandbox was not confined, so it is not compared with the backup"})
@@ -305,8 +328,8 @@ func (m *Maker) Check(ctx context.Context, run *securityv1.BackupVerifyRun, sand
 		case err != nil:
 			return nil, err
 		case !ok:
-			bad("core/ResourceQuota "+ns+"/"+Quota, "its ResourceQuota of zero pods %s is gone", Quota)
-		case !apiequality.Semantic.DeepEqual(q.Spec, noPods()):
+			bad("core/ResourceQuota "+ns+"/"+Quota, "its ResourceQuota of %d pods %s is gone", pods[ns], Quota)
+		case !apiequality.Semantic.DeepEqual(q.Spec, quotaOf(pods[ns])):
 			bad("core/ResourceQuota "+ns+"/"+Quota, "its ResourceQuota %s was changed (hard: %v)", Quota, q.Spec.Hard)
 		}
 		np := &networkingv1.NetworkPolicy{}
@@ -332,7 +355,7 @@ func (m *Maker) Check(ctx context.Context, run *securityv1.BackupVerifyRun, sand
 			{&rbacv1.RoleList{}, "rbac.authorization.k8s.io/Role", nil},
 			{&corev1.ServiceAccountList{}, "core/ServiceAccount", func(o client.Object) bool { return o.GetName() == "default" }},
 			{&networkingv1.NetworkPolicyList{}, "networking.k8s.io/NetworkPolicy", func(o client.Object) bool { return o.GetName() == NetworkPolicy }},
-			{&corev1.PodList{}, "core/Pod", nil},
+			{&corev1.PodList{}, "core/Pod", func(o client.Object) bool { return reader != nil && reader(o.(*corev1.Pod)) }},
 		}
 		for _, l := range lists {
 			if err := m.Reader.List(ctx, l.list, client.InNamespace(ns)); err != nil {

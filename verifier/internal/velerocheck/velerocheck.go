@@ -59,6 +59,9 @@ type Checker struct {
 	// Trust keeps the first checksum of the backups nothing recorded one for, and compares later
 	// verifications with it. Unset, such a backup is checksum-not-recorded (medium) every time.
 	Trust *TrustStore
+	// ReaderImage is the verifier's own image, which the readers of a full-restore of volume data
+	// run (volumerestore.go). Unset, volume data is not restored (a finding says so).
+	ReaderImage string
 
 	mu      sync.Mutex
 	clients map[[sha256.Size]byte]*http.Client
@@ -192,7 +195,7 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	if err != nil || vb == nil || out.ComputedChecksum == "" {
 		return out, err
 	}
-	_, err = c.checkVolumes(ctx, vb, bsl, "", &out)
+	_, err = c.checkVolumes(ctx, vb, bsl, "", &out, nil)
 	return out, err
 }
 
@@ -419,6 +422,10 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	case err != nil && !apierrors.IsNotFound(err):
 		return out, backend.APIError("reading Velero restore "+restoreKey.String(), err)
 	}
+	if busy, err := c.volumesInFlight(ctx, run, vb.Namespace); busy || err != nil {
+		out.Done = false
+		return out, err
+	}
 	objects, sources, err := c.backupObjects(ctx, run, vb, bsl, &out)
 	if err != nil || objects == nil {
 		return out, err
@@ -476,7 +483,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		}
 		out.Add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name, msg)
 	}
-	return out, nil
+	return out, c.restoreVolumes(ctx, run, vb, bsl, objects, sources, &out)
 }
 
 // backupObjects reads the backup's resource list: its namespaced objects by source namespace, and
@@ -676,7 +683,22 @@ func describe(o objectRef, ns string) string {
 }
 
 func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, sources []string, mapping map[string]string) (*velerov1.Restore, error) {
-	key := client.ObjectKey{Namespace: vb.Namespace, Name: RestoreName(run)}
+	noCluster := false
+	return c.ensureRestoreNamed(ctx, run, RestoreName(run), velerov1.RestoreSpec{
+		BackupName:              vb.Name,
+		IncludedNamespaces:      sources,
+		NamespaceMapping:        mapping,
+		IncludeClusterResources: &noCluster,
+		// The sandbox runs nothing (sandbox.go).
+		ExcludedResources: excludedResources(),
+		ResourceModifier:  &corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: SandboxModifiers},
+	})
+}
+
+// ensureRestoreNamed reads run's Velero Restore name in the backup's namespace, or creates it with
+// spec, labelled with the run's UID.
+func (c *Checker) ensureRestoreNamed(ctx context.Context, run *securityv1.BackupVerifyRun, name string, spec velerov1.RestoreSpec) (*velerov1.Restore, error) {
+	key := client.ObjectKey{Namespace: backupNamespace(run), Name: name}
 	vr := &velerov1.Restore{}
 	err := c.Reader.Get(ctx, key, vr)
 	if err == nil {
@@ -692,19 +714,10 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 	if !apierrors.IsNotFound(err) {
 		return nil, backend.APIError("reading velero restore "+key.String(), err)
 	}
-	noCluster := false
 	vr = &velerov1.Restore{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{
 			securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}},
-		Spec: velerov1.RestoreSpec{
-			BackupName:              vb.Name,
-			IncludedNamespaces:      sources,
-			NamespaceMapping:        mapping,
-			IncludeClusterResources: &noCluster,
-			// The sandbox runs nothing (sandbox.go).
-			ExcludedResources: excludedResources(),
-			ResourceModifier:  &corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: SandboxModifiers},
-		},
+		Spec: spec,
 	}
 	if err := c.Client.Create(ctx, vr); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, backend.APIError("creating velero restore "+key.String(), err)
@@ -717,24 +730,26 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 // labelled with its UID is left alone).
 func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
 	var out []securityv1.Finding
-	key := client.ObjectKey{Namespace: backupNamespace(run), Name: RestoreName(run)}
-	vr := &velerov1.Restore{}
-	err := c.Reader.Get(ctx, key, vr)
-	if err == nil && vr.Labels[securityv1.LabelRunUID] == string(run.UID) {
-		if !restoreTerminal(vr.Status.Phase) {
-			// Velero does not stop a restore whose Restore is deleted: it goes on, and re-creates
-			// a deleted sandbox from the backup's copy of the source namespace for each item left
-			// (without the run's label, its Pod Security labels or its deny-all policy, with the
-			// source's Secrets). So while it restores, neither the Restore nor the sandboxes are
-			// deleted: they stay confined, and the Sweeper deletes them once it ended (RestoreHold).
-			return []securityv1.Finding{{Code: securityv1.CodeCleanupDeferred, Severity: securityv1.SeverityInfo, Object: "velero.io/Restore " + key.String(),
-				Message: fmt.Sprintf("Velero is still restoring (phase %q): the Restore and its sandboxes are kept, confined, and deleted once it ends", vr.Status.Phase)}}
+	for _, name := range []string{RestoreName(run), VolumeRestoreName(run)} {
+		key := client.ObjectKey{Namespace: backupNamespace(run), Name: name}
+		vr := &velerov1.Restore{}
+		err := c.Reader.Get(ctx, key, vr)
+		if err == nil && vr.Labels[securityv1.LabelRunUID] == string(run.UID) {
+			if !restoreTerminal(vr.Status.Phase) {
+				// Velero does not stop a restore whose Restore is deleted: it goes on, and re-creates
+				// a deleted sandbox from the backup's copy of the source namespace for each item left
+				// (without the run's label, its Pod Security labels or its deny-all policy, with the
+				// source's Secrets). So while it restores, neither the Restore nor the sandboxes are
+				// deleted: they stay confined, and the Sweeper deletes them once it ended (RestoreHold).
+				return []securityv1.Finding{{Code: securityv1.CodeCleanupDeferred, Severity: securityv1.SeverityInfo, Object: "velero.io/Restore " + key.String(),
+					Message: fmt.Sprintf("Velero is still restoring (phase %q): the Restore and its sandboxes are kept, confined, and deleted once it ends", vr.Status.Phase)}}
+			}
+			err = c.Client.Delete(ctx, vr, client.Preconditions{UID: &vr.UID})
 		}
-		err = c.Client.Delete(ctx, vr, client.Preconditions{UID: &vr.UID})
-	}
-	if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
-		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
-			Object: "velero.io/Restore " + key.Name, Message: "deleting the verification restore: " + err.Error()})
+		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+			out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
+				Object: "velero.io/Restore " + key.Name, Message: "deleting the verification restore: " + err.Error()})
+		}
 	}
 	return append(out, c.Sandbox.Cleanup(ctx, run)...)
 }

@@ -70,6 +70,9 @@ type volume struct {
 	uploader  string
 	phase     string
 	snapshot  string
+	// method is how Velero moved it (veleroapi.VolumeMethod...); pod and podVolume name the pod
+	// volume of a file-system backup.
+	method, pod, podVolume string
 }
 
 // volumesOf lists the volume data of Velero backup vb (volumes.Records).
@@ -82,7 +85,8 @@ func (c *Checker) volumesOf(ctx context.Context, vb *velerov1.Backup) ([]volume,
 	vols := make([]volume, 0, len(records))
 	for _, r := range records {
 		vols = append(vols, volume{object: volumes.Object(r, vb.Namespace), name: volumes.Describe(r), namespace: r.Namespace,
-			location: r.StorageLocation, uploader: volumes.Uploader(r), phase: r.Phase, snapshot: r.SnapshotID})
+			location: r.StorageLocation, uploader: volumes.Uploader(r), phase: r.Phase, snapshot: r.SnapshotID,
+			method: string(r.Method), pod: r.Pod, podVolume: r.PodVolume})
 	}
 	return vols, err
 }
@@ -100,8 +104,10 @@ func (c *Checker) volumeAPIError(what, ns string, err error) error {
 // checkVolumes reads the volume data of Velero backup vb (stored in bsl) and adds what it found
 // to out. With onlyNamespace set, data of volumes of other namespaces is not read (a Backup of
 // driver-velero is of its own namespace only). It returns the snapshot IDs of the volume records it
-// found, nil when it may not list them.
-func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) (map[string]bool, error) {
+// found, nil when it may not list them. With digests set, each snapshot read whole gets the digest
+// of its files there (by snapshot ID), which a full-restore compares with what was restored.
+func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome,
+	digests map[string]*treeDigest) (map[string]bool, error) {
 	vols, err := c.volumesOf(ctx, vb)
 	var denied locationError
 	if errors.As(err, &denied) {
@@ -170,20 +176,30 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 			}
 			repos[key] = rep
 		}
-		st, err := rep.Read(ctx, v.snapshot, func(kopiarepo.File) error { return nil })
-		var d *kopiarepo.Damage
+		d := &treeDigest{}
+		st, err := rep.Read(ctx, v.snapshot, func(f kopiarepo.File) error {
+			if digests != nil {
+				d.add(f.Path, f.Size, f.SHA256)
+			}
+			return nil
+		})
+		var dmg *kopiarepo.Damage
 		switch {
-		case errors.As(err, &d):
+		case errors.As(err, &dmg):
 			damaged = true
 			code := securityv1.CodeVolumeDataCorrupt
-			if d.Missing {
+			if dmg.Missing {
 				code = securityv1.CodeVolumeDataMissing
 			}
 			out.Add(code, securityv1.SeverityCritical, v.object, backend.Truncate(fmt.Sprintf("the data of %s (kopia snapshot %s in repository %s) does not read back: %v",
-				v.name, v.snapshot, volumes.RepositoryPrefix(bslPrefix(bsl), v.namespace), d), 2048))
+				v.name, v.snapshot, volumes.RepositoryPrefix(bslPrefix(bsl), v.namespace), dmg), 2048))
 			continue
 		case err != nil:
 			return nil, c.storageError(bsl, fmt.Sprintf("reading kopia snapshot %s of %s", v.snapshot, v.name), err)
+		}
+		if digests != nil {
+			d.seal()
+			digests[v.snapshot] = d
 		}
 		snapshots++
 		files += st.Files

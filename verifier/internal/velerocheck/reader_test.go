@@ -1,0 +1,290 @@
+package velerocheck
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+)
+
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+		require.NoError(t, os.WriteFile(full, []byte(content), 0o644))
+	}
+}
+
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// TestReaderDigestsWhatTheRepositoryHolds: the reader's digest of a restored tree equals the one
+// the verifier builds from the repository's record of the same files (in any order), and differs
+// when a file differs in content, size or path, is missing or added. Velero's marker at the root is
+// not the backup's; links are not followed and only regular files are read.
+func TestReaderDigestsWhatTheRepositoryHolds(t *testing.T) {
+	files := map[string]string{"catalog.txt": "tea\ncoffee\n", "orders/2031/03.csv": "id,qty\n1,2\n", "orders/empty.csv": "", "media/blob.bin": strings.Repeat("x", 3<<20)}
+	record := func(files map[string]string) *treeDigest {
+		d := &treeDigest{}
+		for _, p := range []string{"orders/empty.csv", "media/blob.bin", "catalog.txt", "orders/2031/03.csv"} { // not the walk's order
+			if c, ok := files[p]; ok {
+				d.add(p, int64(len(c)), sum(c))
+			}
+		}
+		for p, c := range files {
+			if !strings.Contains("orders/empty.csv media/blob.bin catalog.txt orders/2031/03.csv", p) {
+				d.add(p, int64(len(c)), sum(c))
+			}
+		}
+		d.seal()
+		return d
+	}
+	dir := t.TempDir()
+	writeTree(t, dir, files)
+	writeTree(t, dir, map[string]string{".velero/6f1c": "", "orders/.velero/kept": "a tenant's own file of that name"})
+	require.NoError(t, os.Symlink("/etc/hostname", filepath.Join(dir, "link")))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+	var seen []string
+	got, err := digestTree(dir, func(p string, _ int64, _ string) { seen = append(seen, p) })
+	require.NoError(t, err)
+	want := map[string]string{"orders/.velero/kept": "a tenant's own file of that name"}
+	for p, c := range files {
+		want[p] = c
+	}
+	assert.Equal(t, record(want).Sum, got.Sum)
+	assert.Equal(t, int64(5), got.Files)
+	assert.Equal(t, int64(3<<20+22+len("a tenant's own file of that name")), got.Bytes)
+	assert.ElementsMatch(t, []string{"catalog.txt", "media/blob.bin", "orders/.velero/kept", "orders/2031/03.csv", "orders/empty.csv"}, seen)
+
+	for name, change := range map[string]func(map[string]string){
+		"content": func(m map[string]string) { m["catalog.txt"] = "tea\ncocoa\n" },
+		"missing": func(m map[string]string) { delete(m, "orders/empty.csv") },
+		"added":   func(m map[string]string) { m["orders/extra"] = "" },
+		"path":    func(m map[string]string) { m["catalog.TXT"] = m["catalog.txt"]; delete(m, "catalog.txt") },
+	} {
+		other := map[string]string{}
+		for p, c := range want {
+			other[p] = c
+		}
+		change(other)
+		assert.NotEqual(t, record(other).Sum, got.Sum, name)
+	}
+}
+
+// TestReaderCountsWhatItMayNotRead: a file or directory the reader's user may not open is counted
+// and named, never read as empty. As root (CI), the test runs itself again as nobody, since modes
+// keep root out of nothing.
+func TestReaderCountsWhatItMayNotRead(t *testing.T) {
+	dir := os.Getenv("COFFER_TEST_UNREADABLE_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+		writeTree(t, dir, map[string]string{"a": "1", "secret/b": "2", "c": "3"})
+		require.NoError(t, os.Chmod(filepath.Join(dir, "c"), 0))
+		require.NoError(t, os.Chmod(filepath.Join(dir, "secret"), 0))
+		t.Cleanup(func() { _ = os.Chmod(filepath.Join(dir, "secret"), 0o755) })
+		if os.Geteuid() == 0 {
+			for d := dir; d != "/"; d = filepath.Dir(d) {
+				if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 != 0o005 {
+					require.NoError(t, os.Chmod(d, fi.Mode().Perm()|0o005))
+					t.Cleanup(func() { _ = os.Chmod(d, fi.Mode().Perm()) })
+				}
+			}
+			// The test binary, where nobody may run it.
+			bin := filepath.Join(filepath.Dir(dir), "velerocheck.test")
+			b, err := os.ReadFile(os.Args[0])
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(bin, b, 0o755))
+			cmd := exec.Command(bin, "-test.run=^TestReaderCountsWhatItMayNotRead$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "COFFER_TEST_UNREADABLE_DIR="+dir)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			require.Contains(t, string(out), "PASS")
+			return
+		}
+	}
+	got, err := digestTree(dir, func(string, int64, string) {})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), got.Files)
+	assert.Equal(t, int64(2), got.Unreadable)
+	assert.Equal(t, "c", got.First)
+}
+
+// TestReaderReport: what the verifier reads of a reader's pod.
+func TestReaderReport(t *testing.T) {
+	pod := func(msg string, ended bool) *corev1.Pod {
+		st := corev1.ContainerStatus{Name: ReaderContainer}
+		if ended {
+			st.State.Terminated = &corev1.ContainerStateTerminated{Message: msg, Reason: "Completed"}
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "sb", Name: "shop"}, Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{st}}}
+	}
+	d, why := readerReportOf(pod(`{"volumes":{"data":{"files":2,"bytes":5,"sum":"ab"}}}`, true), "data")
+	require.Empty(t, why)
+	assert.Equal(t, &treeDigest{Files: 2, Bytes: 5, Sum: "ab"}, d)
+	d, why = readerReportOf(pod(`{"volumes":{"data":{"files":2,"bytes":5,"sum":"ab"}}}`, true), "logs")
+	assert.Nil(t, d, "no such volume restored")
+	assert.Empty(t, why)
+	_, why = readerReportOf(pod(`{"volumes":{},"error":"volume data: input/output error"}`, true), "data")
+	assert.Contains(t, why, "input/output error")
+	_, why = readerReportOf(pod("", true), "data")
+	assert.Contains(t, why, "without a report")
+	_, why = readerReportOf(pod("", false), "data")
+	assert.Contains(t, why, "did not run to its end")
+}
+
+// TestOnlyReadersMayRunInAVolumeSandbox: a pod is a reader when its one container is the reader
+// of the verifier's image and its only init container Velero's restore helper.
+func TestOnlyReadersMayRunInAVolumeSandbox(t *testing.T) {
+	c := &Checker{ReaderImage: "coffer/verifier:v1"}
+	reader := func() *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: restoreHelper, Image: "velero/velero-restore-helper:v1.18.3"}},
+			Containers:     []corev1.Container{{Name: ReaderContainer, Image: "coffer/verifier:v1", Args: []string{ReadVolumesCommand}}}}}
+	}
+	assert.True(t, c.isReader(reader()))
+	noHelper := reader()
+	noHelper.Spec.InitContainers = nil
+	assert.True(t, c.isReader(noHelper), "a pod without volume data has no helper")
+	for name, change := range map[string]func(*corev1.PodSpec){
+		"another image":           func(s *corev1.PodSpec) { s.Containers[0].Image = "shop:v2" },
+		"another command":         func(s *corev1.PodSpec) { s.Containers[0].Command = []string{"/bin/sh"} },
+		"other arguments":         func(s *corev1.PodSpec) { s.Containers[0].Args = []string{"read-volumes", "/"} },
+		"a second container":      func(s *corev1.PodSpec) { s.Containers = append(s.Containers, corev1.Container{Name: "shop"}) },
+		"a tenant init container": func(s *corev1.PodSpec) { s.InitContainers = []corev1.Container{{Name: "migrate"}} },
+		"an ephemeral container": func(s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug"}}}
+		},
+	} {
+		p := reader()
+		change(&p.Spec)
+		assert.False(t, c.isReader(p), name)
+	}
+}
+
+func TestVolumeSandboxNames(t *testing.T) {
+	run := &securityv1.BackupVerifyRun{Spec: securityv1.BackupVerifyRunSpec{SandboxNamespace: "nightly" + securityv1.SandboxSuffix}}
+	long := strings.Repeat("n", 63)
+	got := volumeSandboxNames(run, []string{"shop", long})
+	assert.Equal(t, "nightly-v-shop"+securityv1.SandboxSuffix, got["shop"])
+	assert.LessOrEqual(t, len(got[long]), 63)
+	assert.True(t, strings.HasSuffix(got[long], securityv1.SandboxSuffix))
+	assert.NotEqual(t, got["shop"], got[long])
+}
+
+// TestVolumeReadersRunTheVerifiersImage: the shipped resource modifiers name the image the
+// shipped Deployment runs (the verifier compares nothing where they differ).
+func TestVolumeReadersRunTheVerifiersImage(t *testing.T) {
+	var deploy struct {
+		Spec struct {
+			Template struct {
+				Spec corev1.PodSpec `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	b, err := os.ReadFile("../../../deploy/verifier/manager/deployment.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(b, &deploy))
+	image := deploy.Spec.Template.Spec.Containers[0].Image
+	require.NotEmpty(t, image)
+	var cm corev1.ConfigMap
+	b, err = os.ReadFile("../../../deploy/verifier/velero/volume_readers.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(b, &cm))
+	assert.Equal(t, VolumeReaders, cm.Name)
+	require.Len(t, cm.Data, 1)
+	for _, rules := range cm.Data {
+		assert.Contains(t, rules, `"name": "`+ReaderContainer+`", "image": "`+image+`"`)
+		assert.Contains(t, rules, `"args": ["`+ReadVolumesCommand+`"]`)
+		// Claims are provisioned anew as a driver-velero restore has them (one patch for both).
+		claims := veleroapi.RestoreClaimsModifierRules[strings.Index(veleroapi.RestoreClaimsModifierRules, `{"spec"`):]
+		assert.Contains(t, rules, strings.TrimSpace(claims))
+	}
+}
+
+// TestRestoredVolumesAreComparedWithTheRepository: each volume restored is compared with its
+// snapshot's record in the repository, as its reader reported it: identical, changed, not
+// restored (no pod, no volume), partly unreadable, or without a report.
+func TestRestoredVolumesAreComparedWithTheRepository(t *testing.T) {
+	rec := func(files map[string]string) *treeDigest {
+		d := &treeDigest{}
+		for p, c := range files {
+			d.add(p, int64(len(c)), sum(c))
+		}
+		d.seal()
+		return d
+	}
+	backup := rec(map[string]string{"a": "1", "b/c": "22"})
+	report := func(volumes map[string]*treeDigest) string {
+		b, err := json.Marshal(readerReport{Volumes: volumes})
+		require.NoError(t, err)
+		return string(b)
+	}
+	vol := volume{object: "velero.io/PodVolumeBackup velero/pvb", name: "volume data of pod shop/web", namespace: "shop", pod: "web", podVolume: "data", snapshot: "k1"}
+	for name, tc := range map[string]struct {
+		pods map[string]*corev1.Pod
+		code string
+		sev  securityv1.Severity
+		text string
+	}{
+		"identical": {pods: map[string]*corev1.Pod{"sb/web": readerPod(report(map[string]*treeDigest{"data": rec(map[string]string{"b/c": "22", "a": "1"})}))},
+			code: securityv1.CodeVolumeDataMatch, sev: securityv1.SeverityInfo, text: "all 2 file(s) identical"},
+		"a file changed": {pods: map[string]*corev1.Pod{"sb/web": readerPod(report(map[string]*treeDigest{"data": rec(map[string]string{"a": "1", "b/c": "23"})}))},
+			code: securityv1.CodeVolumeDataRestoreMismatch, sev: securityv1.SeverityCritical, text: "restored otherwise than the repository holds it"},
+		"a file missing": {pods: map[string]*corev1.Pod{"sb/web": readerPod(report(map[string]*treeDigest{"data": rec(map[string]string{"a": "1"})}))},
+			code: securityv1.CodeVolumeDataRestoreMismatch, sev: securityv1.SeverityCritical, text: "restored 1 file(s)"},
+		"no pod": {pods: map[string]*corev1.Pod{},
+			code: securityv1.CodeVolumeDataRestoreMismatch, sev: securityv1.SeverityCritical, text: "the restore brought no pod web"},
+		"no such volume": {pods: map[string]*corev1.Pod{"sb/web": readerPod(report(map[string]*treeDigest{"logs": backup}))},
+			code: securityv1.CodeVolumeDataRestoreMismatch, sev: securityv1.SeverityCritical, text: "found no volume data"},
+		"unreadable files": {pods: map[string]*corev1.Pod{"sb/web": readerPod(report(map[string]*treeDigest{"data": {Files: 1, Bytes: 1, Sum: "x", Unreadable: 1, First: "b/c"}}))},
+			code: securityv1.CodeVolumeDataNotRead, sev: securityv1.SeverityMedium, text: "may not read 1 file(s) or directories of it (b/c, for one)"},
+		"no report": {pods: map[string]*corev1.Pod{"sb/web": readerPod("")},
+			code: securityv1.CodeVolumeDataNotRead, sev: securityv1.SeverityMedium, text: "without a report"},
+	} {
+		out := &backend.Outcome{}
+		compareVolumes(map[string][]volume{"shop": {vol}}, map[string]string{"shop": "sb"}, map[string]*treeDigest{"k1": backup}, tc.pods, "velero.io/Restore bvv", false, out)
+		require.Len(t, out.Findings, 1, name)
+		f := out.Findings[0]
+		assert.Equal(t, tc.code, f.Code, name)
+		assert.Equal(t, tc.sev, f.Severity, name)
+		assert.Contains(t, f.Message, tc.text, name)
+		if tc.code == securityv1.CodeVolumeDataMatch {
+			assert.Equal(t, "1", out.Details[DetailVolumesRestored])
+			assert.Equal(t, "2", out.Details[DetailVolumeFilesCompared])
+		}
+	}
+	// A volume whose snapshot was not read (a finding of the read says why) is not compared.
+	out := &backend.Outcome{}
+	compareVolumes(map[string][]volume{"shop": {vol}}, map[string]string{"shop": "sb"}, map[string]*treeDigest{}, nil, "velero.io/Restore bvv", false, out)
+	assert.Empty(t, out.Findings)
+	// A pod missing from a restore that partially failed may be one the sandbox refused.
+	out = &backend.Outcome{}
+	compareVolumes(map[string][]volume{"shop": {vol}}, map[string]string{"shop": "sb"}, map[string]*treeDigest{"k1": backup}, nil, "velero.io/Restore bvv", true, out)
+	require.Len(t, out.Findings, 1)
+	assert.Equal(t, securityv1.CodeVolumeDataNotRead, out.Findings[0].Code)
+	assert.Contains(t, out.Findings[0].Message, "partially failed")
+}
+
+func readerPod(msg string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "sb", Name: "web"}, Status: corev1.PodStatus{Phase: corev1.PodSucceeded,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: ReaderContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg, Reason: "Completed"}}}}}}
+}

@@ -1,0 +1,320 @@
+package velerocheck
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
+	"github.com/coffer-backup/coffer/verifier/internal/backend"
+	"github.com/coffer-backup/coffer/verifier/internal/sandbox"
+)
+
+// Full-restore of volume data. The object Restore leaves Pods out, so it restores no volume data:
+// Velero's file-system restore writes a volume's files only into a pod that mounts it, through its
+// restore helper (the init container restore-wait that Velero's restore item action puts first).
+// So, once the objects are compared, a second Restore of the same backup (VolumeRestoreName)
+// brings only the pods and claims (and the Secrets and ConfigMaps the pods' volumes name) of the
+// namespaces whose volumes Velero backed up by file system into volume sandboxes of their own
+// (volumeSandboxNames: confined as any sandbox, Pod Security "restricted", deny-all, but with a
+// ResourceQuota of exactly as many pods as the backup holds there), and applies the resource
+// modifiers of the ConfigMap VolumeReaders (deploy/verifier/velero): claims are provisioned anew,
+// and every pod loses its containers, init containers and identity for one container of the
+// verifier's own image (ReaderContainer, ReadVolumesCommand, non-root, read-only), keeping only
+// Velero's restore helper, run non-root too, and, for the reader, the helper's mounts of the
+// volumes restored. Nothing of the backup's runs there. Each reader digests the files of each
+// volume once the helper let it start (after the node agent restored the data) and ends; its
+// report is its termination message. The verifier reads the same volumes' snapshots whole from
+// the repository (as checksum-only does) and compares: count, bytes and a digest of every file's
+// path, size and SHA-256 (treeDigest). A volume not restored or restored otherwise than the
+// repository holds it is critical; files the reader's user may not read are a medium finding
+// saying the comparison does not cover them.
+
+// VolumeReaders is the ConfigMap of Velero resource modifiers, in Velero's namespace, that makes
+// the pods of a volume restore run the verifier's reader.
+const VolumeReaders = "coffer-verifier-volume-readers"
+
+// restoreHelper is the name Velero gives its restore helper init container.
+const restoreHelper = "restore-wait"
+
+// Details of a full-restore that restored volume data.
+const (
+	DetailVolumesRestored     = "volumesRestored"
+	DetailVolumeFilesCompared = "volumeFilesCompared"
+)
+
+// VolumeRestoreName is the name of the Velero Restore of run's volume data.
+func VolumeRestoreName(run *securityv1.BackupVerifyRun) string {
+	return backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "bvv", run.Namespace, run.Name)
+}
+
+// volumeSandboxNames maps each source namespace whose volume data is restored to its volume
+// sandbox: "<sandbox stem>-v-<source>-bvsandbox", bounded to 63.
+func volumeSandboxNames(run *securityv1.BackupVerifyRun, sources []string) map[string]string {
+	stem := strings.TrimSuffix(run.Spec.SandboxNamespace, securityv1.SandboxSuffix)
+	out := map[string]string{}
+	for _, src := range sources {
+		out[src] = backupsv1.BoundedName(63-len(securityv1.SandboxSuffix), stem, "v", src) + securityv1.SandboxSuffix
+	}
+	return out
+}
+
+// restorableVolumes are the file-system volume data of vols that a volume restore brings back:
+// complete, written by kopia, with a snapshot, of a namespace the backup restores; by namespace.
+func restorableVolumes(vols []volume, sources []string) map[string][]volume {
+	out := map[string][]volume{}
+	for _, v := range vols {
+		if v.method == string(veleroapi.VolumeMethodFileSystem) && v.phase == string(velerov1.PodVolumeBackupPhaseCompleted) &&
+			v.uploader == "kopia" && v.snapshot != "" && v.pod != "" && slices.Contains(sources, v.namespace) {
+			out[v.namespace] = append(out[v.namespace], v)
+		}
+	}
+	return out
+}
+
+// isReader tells whether a pod of a volume sandbox is one the resource modifiers made: one
+// container, the reader of the verifier's image, and no init container but Velero's restore helper.
+func (c *Checker) isReader(p *corev1.Pod) bool {
+	if len(p.Spec.Containers) != 1 || len(p.Spec.InitContainers) > 1 || len(p.Spec.EphemeralContainers) > 0 {
+		return false
+	}
+	r := p.Spec.Containers[0]
+	if r.Name != ReaderContainer || r.Image != c.ReaderImage || len(r.Command) > 0 || !slices.Equal(r.Args, []string{ReadVolumesCommand}) {
+		return false
+	}
+	return len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name == restoreHelper
+}
+
+// volumesInFlight tells whether run's volume restore, or one of its readers, has not ended (or is
+// being deleted): nothing is to be read until they have.
+func (c *Checker) volumesInFlight(ctx context.Context, run *securityv1.BackupVerifyRun, ns string) (bool, error) {
+	key := client.ObjectKey{Namespace: ns, Name: VolumeRestoreName(run)}
+	vr := &velerov1.Restore{}
+	err := c.Reader.Get(ctx, key, vr)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, backend.APIError("reading Velero restore "+key.String(), err)
+	case vr.Labels[securityv1.LabelRunUID] != string(run.UID):
+		return false, nil
+	case !restoreTerminal(vr.Status.Phase) || !vr.DeletionTimestamp.IsZero():
+		return true, nil
+	}
+	for _, sb := range vr.Spec.NamespaceMapping {
+		pods := &corev1.PodList{}
+		if err := c.Reader.List(ctx, pods, client.InNamespace(sb)); err != nil {
+			return false, backend.APIError("listing the pods of volume sandbox "+sb, err)
+		}
+		for i := range pods.Items {
+			if !podEnded(&pods.Items[i]) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+func podEnded(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// restoreVolumes is the volume phase of a full-restore (see above). It returns with out.Done false
+// while the restore or its readers go on.
+func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
+	objects map[string][]objectRef, sources []string, out *backend.Outcome) error {
+	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
+	vols, err := c.volumesOf(ctx, vb)
+	var denied locationError
+	switch {
+	case errors.As(err, &denied):
+		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, object, "the backup's volume data, if it has any, was not restored: "+string(denied))
+		return nil
+	case err != nil:
+		return err
+	}
+	byNS := restorableVolumes(vols, sources)
+	if len(byNS) == 0 {
+		return nil
+	}
+	if c.ReaderImage == "" {
+		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, object,
+			"the backup's volume data was not restored: the verifier does not know its own image, which the volume readers run (set --pod-name, POD_NAME)")
+		return nil
+	}
+	restored := slices.Sorted(maps.Keys(byNS))
+	mapping := volumeSandboxNames(run, restored)
+	pods := map[string]int{}
+	for _, src := range restored {
+		n := 0
+		for _, o := range objects[src] {
+			if o.gvk.Group == "" && o.gvk.Kind == "Pod" {
+				n++
+			}
+		}
+		pods[mapping[src]] = n
+	}
+	if ready, refused, err := c.Sandbox.EnsureWithPods(ctx, run, pods, out); !ready {
+		if refused != nil {
+			return sandbox.Refused(out, *refused)
+		}
+		return err
+	}
+	noCluster := false
+	vr, err := c.ensureRestoreNamed(ctx, run, VolumeRestoreName(run), velerov1.RestoreSpec{
+		BackupName:              vb.Name,
+		IncludedNamespaces:      restored,
+		NamespaceMapping:        mapping,
+		IncludeClusterResources: &noCluster,
+		IncludedResources:       []string{"pods", "persistentvolumeclaims", "secrets", "configmaps"},
+		ResourceModifier:        &corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: VolumeReaders},
+	})
+	if err != nil {
+		return err
+	}
+	what := "velero.io/Restore " + vr.Name
+	switch vr.Status.Phase {
+	case velerov1.RestorePhaseCompleted:
+	case velerov1.RestorePhasePartiallyFailed:
+		out.Add(securityv1.CodeRestorePartiallyFailed, securityv1.SeverityHigh, what,
+			fmt.Sprintf("the restore of the volume data completed with %d error(s) and %d warning(s)", vr.Status.Errors, vr.Status.Warnings))
+	case velerov1.RestorePhaseFailedValidation:
+		if v := strings.Join(vr.Status.ValidationErrors, "; "); strings.Contains(v, VolumeReaders) {
+			out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, what, fmt.Sprintf(
+				"the backup's volume data was not restored: the restore cannot use the volume readers' resource modifiers (%s); apply deploy/verifier/velero in Velero's namespace %s (ConfigMap %s)",
+				v, vr.Namespace, VolumeReaders))
+			return nil
+		}
+		fallthrough
+	case velerov1.RestorePhaseFailed:
+		out.Add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, what,
+			fmt.Sprintf("the restore of the volume data %s: %s%s", vr.Status.Phase, vr.Status.FailureReason, strings.Join(vr.Status.ValidationErrors, "; ")))
+		return nil
+	default:
+		out.Done = false
+		return nil
+	}
+	restoredPods := map[string]*corev1.Pod{} // sandbox/name → pod
+	for _, sb := range mapping {
+		list := &corev1.PodList{}
+		if err := c.Reader.List(ctx, list, client.InNamespace(sb)); err != nil {
+			return backend.APIError("listing the pods of volume sandbox "+sb, err)
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if !podEnded(p) {
+				out.Done = false
+				return nil
+			}
+			restoredPods[sb+"/"+p.Name] = p
+		}
+	}
+	tampered, err := c.Sandbox.CheckWithPods(ctx, run, pods, c.isReader)
+	if err != nil {
+		return err
+	}
+	if len(tampered) > 0 {
+		out.Findings = append(out.Findings, tampered...)
+		return nil
+	}
+	// What the repository holds: every snapshot read whole, as checksum-only reads it.
+	digests := map[string]*treeDigest{}
+	if _, err := c.checkVolumes(ctx, vb, bsl, "", out, digests); err != nil {
+		return err
+	}
+	compareVolumes(byNS, mapping, digests, restoredPods, what, vr.Status.Phase == velerov1.RestorePhasePartiallyFailed, out)
+	return nil
+}
+
+// compareVolumes compares each volume restored (byNS, into the sandboxes of mapping) with the
+// digest of its snapshot in the repository (digests, by snapshot ID; one missing was not read, and
+// a finding says why), as the reader in its restored pod (restoredPods, by sandbox/name) reported
+// it; what names the volume Restore. When it partially failed, a pod it did not bring may be one
+// the sandbox refused (a volume type Pod Security "restricted" does not allow): not a fact about
+// the backup, so the volume is said not compared rather than not restored.
+func compareVolumes(byNS map[string][]volume, mapping map[string]string, digests map[string]*treeDigest, restoredPods map[string]*corev1.Pod,
+	what string, partial bool, out *backend.Outcome) {
+	var compared, files int64
+	for _, src := range slices.Sorted(maps.Keys(byNS)) {
+		for _, v := range byNS[src] {
+			want := digests[v.snapshot]
+			if want == nil {
+				continue // not read: a finding says why
+			}
+			p := restoredPods[mapping[src]+"/"+v.pod]
+			if p == nil && partial {
+				out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, v.object, fmt.Sprintf(
+					"the restored data of %s was not compared: the restore, which partially failed, brought no pod %s into volume sandbox %s (see its errors: %s)",
+					v.name, v.pod, mapping[src], what))
+				continue
+			}
+			if p == nil {
+				out.Add(securityv1.CodeVolumeDataRestoreMismatch, securityv1.SeverityCritical, v.object,
+					fmt.Sprintf("%s was not restored: the restore brought no pod %s into volume sandbox %s", v.name, v.pod, mapping[src]))
+				continue
+			}
+			got, why := readerReportOf(p, v.podVolume)
+			switch {
+			case why != "":
+				out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, v.object,
+					fmt.Sprintf("the restored data of %s was not compared: %s", v.name, why))
+			case got == nil:
+				out.Add(securityv1.CodeVolumeDataRestoreMismatch, securityv1.SeverityCritical, v.object,
+					fmt.Sprintf("%s was not restored: its reader in pod %s/%s found no volume %s", v.name, p.Namespace, p.Name, v.podVolume))
+			case got.Unreadable > 0:
+				out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, v.object, fmt.Sprintf(
+					"the restored data of %s was not compared: the reader's user may not read %d file(s) or directories of it (%s, for one), so the comparison would not cover them",
+					v.name, got.Unreadable, got.First))
+			case got.Files != want.Files || got.Bytes != want.Bytes || got.Sum != want.Sum:
+				out.Add(securityv1.CodeVolumeDataRestoreMismatch, securityv1.SeverityCritical, v.object, fmt.Sprintf(
+					"%s restored otherwise than the repository holds it (kopia snapshot %s): restored %s, the backup's record %s; the reader's log in pod %s/%s lists every file it read",
+					v.name, v.snapshot, got, want, p.Namespace, p.Name))
+			default:
+				compared++
+				files += got.Files
+			}
+		}
+	}
+	out.Detail(DetailVolumesRestored, strconv.FormatInt(compared, 10))
+	out.Detail(DetailVolumeFilesCompared, strconv.FormatInt(files, 10))
+	if compared > 0 {
+		out.Add(securityv1.CodeVolumeDataMatch, securityv1.SeverityInfo, what, fmt.Sprintf(
+			"%d volume(s) restored into the volume sandboxes by Velero's file-system restore: all %d file(s) identical in path, size and SHA-256 to the backup's own record of them in the repository",
+			compared, files))
+	}
+}
+
+// readerReportOf reads the report of pod p's reader on volume name: nil when it found no such
+// volume, or why the report says nothing.
+func readerReportOf(p *corev1.Pod, name string) (*treeDigest, string) {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name != ReaderContainer {
+			continue
+		}
+		t := s.State.Terminated
+		if t == nil {
+			return nil, fmt.Sprintf("its reader in pod %s/%s did not run to its end", p.Namespace, p.Name)
+		}
+		var rep readerReport
+		if err := json.Unmarshal([]byte(t.Message), &rep); err != nil {
+			return nil, fmt.Sprintf("its reader in pod %s/%s ended (%s, exit code %d) without a report", p.Namespace, p.Name, t.Reason, t.ExitCode)
+		}
+		if rep.Error != "" {
+			return nil, fmt.Sprintf("its reader in pod %s/%s could not read it: %s", p.Namespace, p.Name, backend.Truncate(rep.Error, 300))
+		}
+		return rep.Volumes[name], ""
+	}
+	return nil, fmt.Sprintf("pod %s/%s has no reader", p.Namespace, p.Name)
+}
