@@ -164,6 +164,14 @@ func TestOnlyReadersMayRunInAVolumeSandbox(t *testing.T) {
 	noHelper := reader()
 	noHelper.Spec.InitContainers = nil
 	assert.True(t, c.isReader(noHelper), "a pod without volume data has no helper")
+	other := reader()
+	other.Spec.Containers[0].Image = "coffer/verifier:v0"
+	assert.Equal(t, "coffer/verifier:v0", c.readersOfAnotherImage(map[string]*corev1.Pod{"sb/a": reader(), "sb/b": other}),
+		"a reader of another image is the ConfigMap's image, set up otherwise")
+	assert.Empty(t, c.readersOfAnotherImage(map[string]*corev1.Pod{"sb/a": reader()}))
+	tenant := reader()
+	tenant.Spec.Containers[0].Image, tenant.Spec.Containers[0].Command = "shop:v2", []string{"/shop"}
+	assert.Empty(t, c.readersOfAnotherImage(map[string]*corev1.Pod{"sb/a": tenant}), "anything else is no reader at all")
 	for name, change := range map[string]func(*corev1.PodSpec){
 		"another image":           func(s *corev1.PodSpec) { s.Containers[0].Image = "shop:v2" },
 		"another command":         func(s *corev1.PodSpec) { s.Containers[0].Command = []string{"/bin/sh"} },

@@ -97,6 +97,20 @@ func (c *Checker) isReader(p *corev1.Pod) bool {
 	return len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name == restoreHelper
 }
 
+// readersOfAnotherImage returns the image of a reader among pods that is a reader in every way but
+// its image, which is not the verifier's ("" when there is none).
+func (c *Checker) readersOfAnotherImage(pods map[string]*corev1.Pod) string {
+	for _, p := range pods {
+		if len(p.Spec.Containers) == 1 {
+			r := p.Spec.Containers[0]
+			if other := (&Checker{ReaderImage: r.Image}); r.Image != c.ReaderImage && other.isReader(p) {
+				return r.Image
+			}
+		}
+	}
+	return ""
+}
+
 // volumesInFlight tells whether run's volume restore, or one of its readers, has not ended (or is
 // being deleted): nothing is to be read until they have.
 func (c *Checker) volumesInFlight(ctx context.Context, run *securityv1.BackupVerifyRun, ns string) (bool, error) {
@@ -220,6 +234,14 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 			}
 			restoredPods[sb+"/"+p.Name] = p
 		}
+	}
+	if image := c.readersOfAnotherImage(restoredPods); image != "" {
+		// Set up, not tampered with: the shipped ConfigMap names another image than the verifier
+		// runs (one was changed without the other).
+		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, what, fmt.Sprintf(
+			"the restored volume data was not compared: the readers ran image %s, and the verifier runs %s; set the verifier's image in ConfigMap %s/%s",
+			image, c.ReaderImage, vr.Namespace, VolumeReaders))
+		return nil
 	}
 	tampered, err := c.Sandbox.CheckWithPods(ctx, run, pods, c.isReader)
 	if err != nil {
