@@ -299,14 +299,8 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 	})
 	require.NoError(t, manifests.WaitRolledOut(ctx, cl, client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}, 3*time.Minute))
 	verify := func(name string) *securityv1.BackupVerifyResult {
-		run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: securityv1.BackupVerifyRunSpec{
-			Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name}, Mode: securityv1.ModeChecksumOnly,
-			Timeout: &metav1.Duration{Duration: 5 * time.Minute}}}
-		require.NoError(t, cl.Create(ctx, run))
-		ended(t, ctx, cl, run, func() bool { return run.Status.Phase.IsTerminal() })
-		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v", run.Status)
-		res := &securityv1.BackupVerifyResult{}
-		require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: run.Status.ResultName()}, res))
+		_, res := e.verifyRun(t, ns, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
+			Mode: securityv1.ModeChecksumOnly})
 		return res
 	}
 	codes := func(res *securityv1.BackupVerifyResult) []string {
@@ -369,14 +363,9 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 // and every file restored is compared with the repository's record of it.
 func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 	ctx, cl := e.ctx, e.cl
-	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "full-restore", Namespace: ns}, Spec: securityv1.BackupVerifyRunSpec{
-		Backend: securityv1.BackendVelero, BackupRef: securityv1.BackupRef{Name: name, Namespace: velerostack.Namespace}, Mode: securityv1.ModeFullRestore,
-		SandboxNamespace: "shop-verify" + securityv1.SandboxSuffix, Timeout: &metav1.Duration{Duration: 5 * time.Minute}}}
-	require.NoError(t, cl.Create(ctx, run))
-	ended(t, ctx, cl, run, func() bool { return run.Status.Phase.IsTerminal() })
-	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v", run.Status)
-	res := &securityv1.BackupVerifyResult{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: run.Status.ResultName()}, res))
+	run, res := e.verifyRun(t, ns, "full-restore", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
+		BackupRef: securityv1.BackupRef{Name: name, Namespace: velerostack.Namespace}, Mode: securityv1.ModeFullRestore,
+		SandboxNamespace: "shop-verify" + securityv1.SandboxSuffix})
 	var restored *securityv1.Finding
 	for i, f := range res.Spec.Findings {
 		assert.NotEqual(t, securityv1.SeverityCritical, f.Severity, "%+v", f)
@@ -396,6 +385,20 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 		}
 		return len(list.Items) == 0, nil
 	}), "the run's sandboxes are deleted")
+}
+
+// verifyRun runs a BackupVerifyRun of spec (timeout 5 minutes) in namespace ns and returns it,
+// Succeeded, with its Result.
+func (e *env) verifyRun(t *testing.T, ns, name string, spec securityv1.BackupVerifyRunSpec) (*securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
+	ctx, cl := e.ctx, e.cl
+	spec.Timeout = &metav1.Duration{Duration: 5 * time.Minute}
+	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+	require.NoError(t, cl.Create(ctx, run))
+	ended(t, ctx, cl, run, func() bool { return run.Status.Phase.IsTerminal() })
+	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v", run.Status)
+	res := &securityv1.BackupVerifyResult{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: run.Status.ResultName()}, res))
+	return run, res
 }
 
 // jobDriver: the sample JobBackupStrategy (volume-tar) backs up the claim <application>-data,

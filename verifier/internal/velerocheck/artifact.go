@@ -73,7 +73,7 @@ func (a *ArtifactReader) CheckVolumes(ctx context.Context, run *securityv1.Backu
 		out.Findings = append(out.Findings, located.Findings...)
 		return nil
 	}
-	seen, err := a.Checker.checkVolumes(ctx, vb, bsl, b.Namespace, out, nil)
+	seen, err := a.Checker.checkVolumes(ctx, vb, bsl, b.Namespace, out)
 	if err != nil || seen == nil {
 		return err
 	}

@@ -195,7 +195,7 @@ func (c *Checker) Checksum(ctx context.Context, run *securityv1.BackupVerifyRun)
 	if err != nil || vb == nil || out.ComputedChecksum == "" {
 		return out, err
 	}
-	_, err = c.checkVolumes(ctx, vb, bsl, "", &out, nil)
+	_, err = c.checkVolumes(ctx, vb, bsl, "", &out)
 	return out, err
 }
 

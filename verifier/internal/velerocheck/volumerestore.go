@@ -87,11 +87,17 @@ func restorableVolumes(vols []volume, sources []string) map[string][]volume {
 // isReader tells whether a pod of a volume sandbox is one the resource modifiers made: one
 // container, the reader of the verifier's image, and no init container but Velero's restore helper.
 func (c *Checker) isReader(p *corev1.Pod) bool {
+	return readerOf(p, c.ReaderImage)
+}
+
+// readerOf tells whether pod p is a reader of image: one container, the reader running that image,
+// and no init container but Velero's restore helper.
+func readerOf(p *corev1.Pod, image string) bool {
 	if len(p.Spec.Containers) != 1 || len(p.Spec.InitContainers) > 1 || len(p.Spec.EphemeralContainers) > 0 {
 		return false
 	}
 	r := p.Spec.Containers[0]
-	if r.Name != ReaderContainer || r.Image != c.ReaderImage || len(r.Command) > 0 || !slices.Equal(r.Args, []string{ReadVolumesCommand}) {
+	if r.Name != ReaderContainer || r.Image != image || len(r.Command) > 0 || !slices.Equal(r.Args, []string{ReadVolumesCommand}) {
 		return false
 	}
 	return len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Name == restoreHelper
@@ -102,9 +108,8 @@ func (c *Checker) isReader(p *corev1.Pod) bool {
 func (c *Checker) readersOfAnotherImage(pods map[string]*corev1.Pod) string {
 	for _, p := range pods {
 		if len(p.Spec.Containers) == 1 {
-			r := p.Spec.Containers[0]
-			if other := (&Checker{ReaderImage: r.Image}); r.Image != c.ReaderImage && other.isReader(p) {
-				return r.Image
+			if image := p.Spec.Containers[0].Image; image != c.ReaderImage && readerOf(p, image) {
+				return image
 			}
 		}
 	}
@@ -253,7 +258,7 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 	}
 	// What the repository holds: every snapshot read whole, as checksum-only reads it.
 	digests := map[string]*treeDigest{}
-	if _, err := c.checkVolumes(ctx, vb, bsl, "", out, digests); err != nil {
+	if _, err := c.readVolumes(ctx, vb, bsl, vols, "", out, digests); err != nil {
 		return err
 	}
 	compareVolumes(byNS, mapping, digests, restoredPods, what, vr.Status.Phase == velerov1.RestorePhasePartiallyFailed, out)

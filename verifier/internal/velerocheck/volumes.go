@@ -104,10 +104,8 @@ func (c *Checker) volumeAPIError(what, ns string, err error) error {
 // checkVolumes reads the volume data of Velero backup vb (stored in bsl) and adds what it found
 // to out. With onlyNamespace set, data of volumes of other namespaces is not read (a Backup of
 // driver-velero is of its own namespace only). It returns the snapshot IDs of the volume records it
-// found, nil when it may not list them. With digests set, each snapshot read whole gets the digest
-// of its files there (by snapshot ID), which a full-restore compares with what was restored.
-func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome,
-	digests map[string]*treeDigest) (map[string]bool, error) {
+// found, nil when it may not list them.
+func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, onlyNamespace string, out *backend.Outcome) (map[string]bool, error) {
 	vols, err := c.volumesOf(ctx, vb)
 	var denied locationError
 	if errors.As(err, &denied) {
@@ -116,9 +114,20 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 			"the backup's volume data, if it has any, was not read: "+string(denied))
 		return nil, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	return c.readVolumes(ctx, vb, bsl, vols, onlyNamespace, out, nil)
+}
+
+// readVolumes is checkVolumes on the volume records vols, already listed. With digests set, each
+// snapshot read whole gets the digest of its files there (by snapshot ID), which a full-restore
+// compares with what was restored.
+func (c *Checker) readVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, vols []volume, onlyNamespace string,
+	out *backend.Outcome, digests map[string]*treeDigest) (map[string]bool, error) {
 	seen := map[string]bool{}
-	if err != nil || len(vols) == 0 {
-		return seen, err
+	if len(vols) == 0 {
+		return seen, nil
 	}
 	for _, v := range vols {
 		seen[v.snapshot] = true
