@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -295,4 +296,50 @@ func TestRestoredVolumesAreComparedWithTheRepository(t *testing.T) {
 func readerPod(msg string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "sb", Name: "web"}, Status: corev1.PodStatus{Phase: corev1.PodSucceeded,
 		ContainerStatuses: []corev1.ContainerStatus{{Name: ReaderContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg, Reason: "Completed"}}}}}}
+}
+
+// TestReaderThatCannotStart: a reader whose image the kubelet may not pull or cannot name is done
+// with at once, one whose pull failed after readerPullGrace (not before), and the comparison says
+// the volume was not read and why; a reader merely pending is waited for.
+func TestReaderThatCannotStart(t *testing.T) {
+	now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	waiting := func(reason string, age time.Duration) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "sb", Name: "web", CreationTimestamp: metav1.Time{Time: now.Add(-age)}},
+			Spec: corev1.PodSpec{NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: ReaderContainer,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "image coffer/verifier:dev not present"}}}}}}
+	}
+	for _, tc := range []struct {
+		reason  string
+		age     time.Duration
+		settled bool
+	}{
+		{"ErrImageNeverPull", time.Second, true},
+		{"InvalidImageName", time.Second, true},
+		{"ErrImagePull", time.Second, false},
+		{"ImagePullBackOff", time.Minute, false},
+		{"ImagePullBackOff", readerPullGrace + time.Second, true},
+		{"ContainerCreating", time.Hour, false},
+		{"PodInitializing", time.Hour, false},
+	} {
+		p := waiting(tc.reason, tc.age)
+		assert.Equal(t, tc.settled, readerSettled(p, now), "%s after %s", tc.reason, tc.age)
+		if tc.settled {
+			assert.Contains(t, readerStuck(p, now), "on node n1 ("+tc.reason+": image coffer/verifier:dev not present)")
+		}
+	}
+	ended := readerPod("")
+	assert.True(t, readerSettled(ended, now))
+	assert.Empty(t, readerStuck(ended, now))
+
+	// Compared, such a reader is a volume not read (medium), never a mismatch.
+	backup := &treeDigest{Files: 1, Bytes: 1, Sum: "x"}
+	vol := volume{object: "velero.io/PodVolumeBackup velero/pvb", name: "volume data of pod shop/web", namespace: "shop", pod: "web", podVolume: "data", snapshot: "k1"}
+	out := &backend.Outcome{}
+	compareVolumes(map[string][]volume{"shop": {vol}}, map[string]string{"shop": "sb"}, map[string]*treeDigest{"k1": backup},
+		map[string]*corev1.Pod{"sb/web": waiting("ErrImageNeverPull", time.Second)}, "velero.io/Restore bvv", false, out)
+	require.Len(t, out.Findings, 1)
+	assert.Equal(t, securityv1.CodeVolumeDataNotRead, out.Findings[0].Code)
+	assert.Equal(t, securityv1.SeverityMedium, out.Findings[0].Severity)
+	assert.Contains(t, out.Findings[0].Message, "never ran: the kubelet cannot start it on node n1 (ErrImageNeverPull")
 }

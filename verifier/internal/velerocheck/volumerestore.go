@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -138,7 +139,7 @@ func (c *Checker) volumesInFlight(ctx context.Context, run *securityv1.BackupVer
 			return false, backend.APIError("listing the pods of volume sandbox "+sb, err)
 		}
 		for i := range pods.Items {
-			if !podEnded(&pods.Items[i]) {
+			if !readerSettled(&pods.Items[i], time.Now()) {
 				return true, nil
 			}
 		}
@@ -148,6 +149,43 @@ func (c *Checker) volumesInFlight(ctx context.Context, run *securityv1.BackupVer
 
 func podEnded(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// readerPullGrace is how long a reader whose image the kubelet failed to pull is waited for (the
+// kubelet retries with back-off, and a registry's hiccup passes) before it counts as never to run.
+const readerPullGrace = 2 * time.Minute
+
+// readerSettled tells whether a reader pod is done with: ended, or never to run (readerStuck).
+func readerSettled(p *corev1.Pod, now time.Time) bool {
+	return podEnded(p) || readerStuck(p, now) != ""
+}
+
+// readerStuck says why the reader of pod p will never run on its own (its image cannot be had on
+// its node: the kubelet's reason and message), or "" when it may yet. An image the kubelet may not
+// pull (pull policy Never) or cannot name is final at once; a failed pull, after readerPullGrace.
+// The restore helper is Velero's image, and the restore does not complete without it; so once the
+// restore did, only the reader's image is at stake.
+func readerStuck(p *corev1.Pod, now time.Time) string {
+	if podEnded(p) {
+		return ""
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		w := s.State.Waiting
+		if s.Name != ReaderContainer || w == nil {
+			continue
+		}
+		switch w.Reason {
+		case "ErrImageNeverPull", "InvalidImageName":
+		case "ErrImagePull", "ImagePullBackOff":
+			if now.Sub(p.CreationTimestamp.Time) < readerPullGrace {
+				return ""
+			}
+		default:
+			return ""
+		}
+		return fmt.Sprintf("the kubelet cannot start it on node %s (%s: %s)", p.Spec.NodeName, w.Reason, backend.Truncate(w.Message, 200))
+	}
+	return ""
 }
 
 // restoreVolumes is the volume phase of a full-restore (see above). It returns with out.Done false
@@ -225,7 +263,10 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 		out.Done = false
 		return nil
 	}
+	// The recovery time covers the data too: a user's restore brings objects and volumes at once.
+	out.RestoreTook(vr.CreationTimestamp, vr.Status.CompletionTimestamp)
 	restoredPods := map[string]*corev1.Pod{} // sandbox/name → pod
+	now := time.Now()
 	for _, sb := range mapping {
 		list := &corev1.PodList{}
 		if err := c.Reader.List(ctx, list, client.InNamespace(sb)); err != nil {
@@ -233,7 +274,7 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 		}
 		for i := range list.Items {
 			p := &list.Items[i]
-			if !podEnded(p) {
+			if !readerSettled(p, now) {
 				out.Done = false
 				return nil
 			}
@@ -332,6 +373,9 @@ func readerReportOf(p *corev1.Pod, name string) (*treeDigest, string) {
 		}
 		t := s.State.Terminated
 		if t == nil {
+			if why := readerStuck(p, time.Now()); why != "" {
+				return nil, fmt.Sprintf("its reader in pod %s/%s never ran: %s", p.Namespace, p.Name, why)
+			}
 			return nil, fmt.Sprintf("its reader in pod %s/%s did not run to its end", p.Namespace, p.Name)
 		}
 		var rep readerReport
