@@ -20,11 +20,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +41,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -360,12 +367,23 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 // backend, as deploy/verifier ships it, already running): the objects are restored into a sandbox
 // and compared, then the pod and claim are restored into a volume sandbox whose pod runs the
 // verifier's reader in place of the application, Velero's node agent writes the volume's data,
-// and every file restored is compared with the repository's record of it.
+// and every file restored is compared with the repository's record of it. The verifier is killed
+// (SIGKILL, as the OOM killer would) once the run's volume Restore exists: the restarted verifier
+// takes the run up where it was, and the run's work is done exactly once: each of its two Restores
+// created once, one Result, one start and one terminal SecurityEvent, and a restore time that is
+// the sum of both Restores' own.
 func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 	ctx, cl := e.ctx, e.cl
+	restores := e.watchRestores(t)
+	var killed *corev1.Pod
 	run, res := e.verifyRun(t, ns, "full-restore", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
 		BackupRef: securityv1.BackupRef{Name: name, Namespace: velerostack.Namespace}, Mode: securityv1.ModeFullRestore,
-		SandboxNamespace: "shop-verify" + securityv1.SandboxSuffix})
+		SandboxNamespace: "shop-verify" + securityv1.SandboxSuffix}, func(run *securityv1.BackupVerifyRun) {
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+			return restores.volumeRestoreOf(run) != nil, nil
+		}), "the run's volume Restore was created")
+		killed = e.killVerifier(t)
+	})
 	var restored *securityv1.Finding
 	for i, f := range res.Spec.Findings {
 		assert.NotEqual(t, securityv1.SeverityCritical, f.Severity, "%+v", f)
@@ -385,15 +403,120 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 		}
 		return len(list.Items) == 0, nil
 	}), "the run's sandboxes are deleted")
+
+	// The kill was a crash the verifier survived in place: its container restarted once.
+	p := &corev1.Pod{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(killed), p))
+	require.Len(t, p.Status.ContainerStatuses, 1)
+	assert.Equal(t, killed.Status.ContainerStatuses[0].RestartCount+1, p.Status.ContainerStatuses[0].RestartCount, "the verifier was killed once")
+	// Exactly once: two Restores (objects, volume data), each created once and deleted at the end.
+	made := restores.of(run)
+	require.Len(t, made, 2, "one Restore of the objects, one of the volume data, neither made twice: %v", slices.Collect(maps.Keys(made)))
+	var took int64
+	for uid, r := range made {
+		assert.True(t, restores.deleted[uid], "Restore %s deleted with the run", r.GetName())
+		done, err := time.Parse(time.RFC3339, nestedString(r, "status", "completionTimestamp"))
+		require.NoError(t, err, "Restore %s completed", r.GetName())
+		took += int64(done.Sub(r.GetCreationTimestamp().Time).Seconds())
+	}
+	assert.Equal(t, strconv.FormatInt(took, 10), res.Spec.Details[securityv1.DetailRestoreSeconds], "the restore time covers objects and data")
+	results := &securityv1.BackupVerifyResultList{}
+	require.NoError(t, cl.List(ctx, results, client.InNamespace(ns), client.MatchingLabels{securityv1.LabelRun: run.Name}))
+	assert.Len(t, results.Items, 1, "exactly one Result")
+	events := &securityv1.SecurityEventList{}
+	require.NoError(t, cl.List(ctx, events, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}))
+	byType := map[string]int{}
+	for _, ev := range events.Items {
+		byType[ev.Spec.Type]++
+	}
+	assert.Equal(t, map[string]int{securityv1.EventBackupVerifyStarted: 1, securityv1.EventBackupVerifyCompleted: 1}, byType, "one start, one terminal event")
+}
+
+// killVerifier SIGKILLs the verifier's container and returns its pod as it was just before.
+func (e *env) killVerifier(t *testing.T) *corev1.Pod {
+	pods := &corev1.PodList{}
+	require.NoError(t, e.cl.List(e.ctx, pods, client.InNamespace("ugallu-system"), client.MatchingLabels{"app.kubernetes.io/name": "coffer-verifier"}))
+	require.Len(t, pods.Items, 1)
+	p := &pods.Items[0]
+	require.Len(t, p.Status.ContainerStatuses, 1)
+	require.NotNil(t, p.Status.ContainerStatuses[0].State.Running, "the verifier runs")
+	require.NoError(t, e.n.KillContainer(p.Status.ContainerStatuses[0].ContainerID))
+	t.Logf("killed the verifier's container in pod %s", p.Name)
+	return p
+}
+
+// restoreWatch records every Velero Restore of Velero's namespace as last seen, by UID, from a
+// watch started before the run: a Restore made twice shows as two UIDs.
+type restoreWatch struct {
+	mu      sync.Mutex
+	seen    map[types.UID]*unstructured.Unstructured
+	deleted map[types.UID]bool
+}
+
+func (e *env) watchRestores(t *testing.T) *restoreWatch {
+	dyn, err := dynamic.NewForConfig(e.n.Cluster.Config)
+	require.NoError(t, err)
+	w, err := dyn.Resource(schema.GroupVersionResource{Group: "velero.io", Version: "v1", Resource: "restores"}).Namespace(velerostack.Namespace).
+		Watch(e.ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	rw := &restoreWatch{seen: map[types.UID]*unstructured.Unstructured{}, deleted: map[types.UID]bool{}}
+	go func() {
+		for ev := range w.ResultChan() {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			rw.mu.Lock()
+			rw.seen[u.GetUID()] = u
+			if ev.Type == watch.Deleted {
+				rw.deleted[u.GetUID()] = true
+			}
+			rw.mu.Unlock()
+		}
+	}()
+	return rw
+}
+
+// of returns the Restores of run, by UID.
+func (rw *restoreWatch) of(run *securityv1.BackupVerifyRun) map[types.UID]*unstructured.Unstructured {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	out := map[types.UID]*unstructured.Unstructured{}
+	for uid, r := range rw.seen {
+		if r.GetLabels()[securityv1.LabelRunUID] == string(run.UID) {
+			out[uid] = r
+		}
+	}
+	return out
+}
+
+// volumeRestoreOf returns run's Restore of volume data (the one with the volume readers' resource
+// modifiers), or nil.
+func (rw *restoreWatch) volumeRestoreOf(run *securityv1.BackupVerifyRun) *unstructured.Unstructured {
+	for _, r := range rw.of(run) {
+		if nestedString(r, "spec", "resourceModifier", "name") == "coffer-verifier-volume-readers" {
+			return r
+		}
+	}
+	return nil
+}
+
+func nestedString(u *unstructured.Unstructured, fields ...string) string {
+	s, _, _ := unstructured.NestedString(u.Object, fields...)
+	return s
 }
 
 // verifyRun runs a BackupVerifyRun of spec (timeout 5 minutes) in namespace ns and returns it,
-// Succeeded, with its Result.
-func (e *env) verifyRun(t *testing.T, ns, name string, spec securityv1.BackupVerifyRunSpec) (*securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
+// Succeeded, with its Result; during, when given, is called once the run exists.
+func (e *env) verifyRun(t *testing.T, ns, name string, spec securityv1.BackupVerifyRunSpec, during ...func(*securityv1.BackupVerifyRun)) (*securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
 	ctx, cl := e.ctx, e.cl
 	spec.Timeout = &metav1.Duration{Duration: 5 * time.Minute}
 	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
 	require.NoError(t, cl.Create(ctx, run))
+	for _, f := range during {
+		f(run)
+	}
 	ended(t, ctx, cl, run, func() bool { return run.Status.Phase.IsTerminal() })
 	require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "%+v", run.Status)
 	res := &securityv1.BackupVerifyResult{}

@@ -145,6 +145,14 @@ func (n *Node) Import(ctx context.Context, archives ...string) error {
 	return nil
 }
 
+// KillContainer SIGKILLs the process of a running container, by its ID as a pod's status gives it
+// ("containerd://<id>"), as the kernel's OOM killer would: no handler of the process runs, and the
+// kubelet restarts the container as its pod's restart policy says.
+func (n *Node) KillContainer(id string) error {
+	_, err := n.ctr(30*time.Second, "tasks", "kill", "--signal", "SIGKILL", strings.TrimPrefix(id, "containerd://"))
+	return err
+}
+
 // Images lists the image names in the node's containerd.
 func (n *Node) Images() ([]string, error) {
 	out, err := n.ctr(30*time.Second, "images", "list", "--quiet")
