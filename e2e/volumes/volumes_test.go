@@ -77,6 +77,15 @@ func TestVolumesOnARealNode(t *testing.T) {
 	node.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	e := start(t, ctx)
+	t.Run("driver-velero: file-system backup of a provisioned volume, recorded, restored byte for byte", e.velero)
+	t.Run("driver-job: a provisioned claim backed up and restored byte for byte", e.jobDriver)
+}
+
+// start starts the suite's env: the node (with the images of Velero, its restore helper, the
+// provisioner's helper, coffer-agent and the verifier), the provisioner, Velero with its node
+// agent, Coffer's CRDs and controllers, and the sample strategies with volumes.
+func start(t testing.TB, ctx context.Context) *env {
 	assets, err := velerostack.Assets()
 	require.NoError(t, err)
 	work := t.TempDir()
@@ -138,9 +147,7 @@ func TestVolumesOnARealNode(t *testing.T) {
 			require.NoError(t, cl.Create(ctx, o))
 		}
 	}
-	e := &env{ctx: ctx, cl: cl, n: n, stack: stack}
-	t.Run("driver-velero: file-system backup of a provisioned volume, recorded, restored byte for byte", e.velero)
-	t.Run("driver-job: a provisioned claim backed up and restored byte for byte", e.jobDriver)
+	return &env{ctx: ctx, cl: cl, n: n, stack: stack}
 }
 
 // application creates a Shop whose pod mounts claim (of the default StorageClass) and fills the
@@ -199,7 +206,7 @@ func (e *env) lose(t *testing.T, ns, pod, claim, dir string) {
 	}), "the volume's directory is gone")
 }
 
-func (e *env) namespace(t *testing.T, prefix string) string {
+func (e *env) namespace(t testing.TB, prefix string) string {
 	ns, err := e.n.Cluster.Namespace(e.ctx, prefix)
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -274,6 +281,8 @@ func (e *env) velero(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, got, "every file is back byte for byte")
+
+	e.cofferFullRestore(t, ns, backup, files)
 }
 
 // verifyVolumeData runs the verifier as deploy/verifier ships it (its Deployment on the node, with
@@ -282,29 +291,8 @@ func (e *env) velero(t *testing.T) {
 // flipped in one of the repository's packs, the same verification is a critical finding naming the
 // volume.
 func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v veleroapi.VolumeRecord, files, size int64) {
-	ctx, cl := e.ctx, e.cl
-	root, err := manifests.RepoRoot()
-	require.NoError(t, err)
-	objs, err := manifests.Render(filepath.Join(root, "deploy", "verifier", "velero"))
-	require.NoError(t, err)
-	require.NoError(t, manifests.Apply(ctx, cl, objs))
-	// The verifier's own store identity, as docs/verifier.md says to make it: read-only, limited
-	// to the location's kopia repositories.
-	creds, err := e.stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
-	require.NoError(t, err)
-	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-verifier-storage", Namespace: velerostack.Namespace},
-		StringData: map[string]string{"cloud": velerostack.CredentialsFile(creds)}}))
-	api, err := url.Parse(e.n.Cluster.Config.Host)
-	require.NoError(t, err)
-	deploy, _, err := manifests.Overlay(root, t.TempDir(), "verifier", api.Hostname(), api.Port())
-	require.NoError(t, err)
-	require.NoError(t, manifests.Apply(ctx, cl, deploy))
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the verifier's log:\n%s", podLogs(t, e.n, "ugallu-system"))
-		}
-	})
-	require.NoError(t, manifests.WaitRolledOut(ctx, cl, client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}, 3*time.Minute))
+	ctx := e.ctx
+	e.deployVerifier(t)
 	verify := func(name string) *securityv1.BackupVerifyResult {
 		_, res := e.verifyRun(t, ns, name, securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer, BackupRef: securityv1.BackupRef{Name: b.Name},
 			Mode: securityv1.ModeChecksumOnly})
@@ -363,6 +351,34 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 	assert.Contains(t, corrupt.Message, v.SnapshotID)
 }
 
+// deployVerifier runs the verifier as deploy/verifier ships it (its Deployment on the node, with
+// deploy/verifier/velero applied and its own read-only store identity), and waits for it.
+func (e *env) deployVerifier(t testing.TB) {
+	ctx, cl := e.ctx, e.cl
+	root, err := manifests.RepoRoot()
+	require.NoError(t, err)
+	objs, err := manifests.Render(filepath.Join(root, "deploy", "verifier", "velero"))
+	require.NoError(t, err)
+	require.NoError(t, manifests.Apply(ctx, cl, objs))
+	// The verifier's own store identity, as docs/verifier.md says to make it: read-only, limited
+	// to the location's kopia repositories.
+	creds, err := e.stack.SessionCredentials(volumes.ReadPolicy(velerostack.Bucket, velerostack.Prefix))
+	require.NoError(t, err)
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-verifier-storage", Namespace: velerostack.Namespace},
+		StringData: map[string]string{"cloud": velerostack.CredentialsFile(creds)}}))
+	api, err := url.Parse(e.n.Cluster.Config.Host)
+	require.NoError(t, err)
+	deploy, _, err := manifests.Overlay(root, t.TempDir(), "verifier", api.Hostname(), api.Port())
+	require.NoError(t, err)
+	require.NoError(t, manifests.Apply(ctx, cl, deploy))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the verifier's log:\n%s", podLogs(t, e.n, "ugallu-system"))
+		}
+	})
+	require.NoError(t, manifests.WaitRolledOut(ctx, cl, client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}, 3*time.Minute))
+}
+
 // fullRestore runs a full-restore verification of Velero backup name (the verifier's velero
 // backend, as deploy/verifier ships it, already running): the objects are restored into a sandbox
 // and compared, then the pod and claim are restored into a volume sandbox whose pod runs the
@@ -395,14 +411,7 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 	assert.Contains(t, restored.Message, fmt.Sprintf("all %d file(s) identical", files))
 	assert.Equal(t, "1", res.Spec.Details["volumesRestored"])
 	assert.Equal(t, strconv.FormatInt(files, 10), res.Spec.Details["volumeFilesCompared"])
-	// The sandboxes go with the run.
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list := &corev1.NamespaceList{}
-		if err := cl.List(ctx, list, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
-			return false, err
-		}
-		return len(list.Items) == 0, nil
-	}), "the run's sandboxes are deleted")
+	e.sandboxesGone(t, run)
 
 	// The kill was a crash the verifier survived in place: its container restarted once.
 	p := &corev1.Pod{}
@@ -413,8 +422,8 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 	made := restores.of(run)
 	require.Len(t, made, 2, "one Restore of the objects, one of the volume data, neither made twice: %v", slices.Collect(maps.Keys(made)))
 	var took int64
-	for uid, r := range made {
-		assert.True(t, restores.deleted[uid], "Restore %s deleted with the run", r.GetName())
+	for _, r := range made {
+		assert.True(t, restores.isDeleted(r), "Restore %s deleted with the run", r.GetName())
 		done, err := time.Parse(time.RFC3339, nestedString(r, "status", "completionTimestamp"))
 		require.NoError(t, err, "Restore %s completed", r.GetName())
 		took += int64(done.Sub(r.GetCreationTimestamp().Time).Seconds())
@@ -430,6 +439,63 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 		byType[ev.Spec.Type]++
 	}
 	assert.Equal(t, map[string]int{securityv1.EventBackupVerifyStarted: 1, securityv1.EventBackupVerifyCompleted: 1}, byType, "one start, one terminal event")
+}
+
+// sandboxesGone waits until the sandboxes of run are deleted, as they are once it ended.
+func (e *env) sandboxesGone(t testing.TB, run *securityv1.BackupVerifyRun) {
+	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list := &corev1.NamespaceList{}
+		if err := e.cl.List(ctx, list, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	}), "the run's sandboxes are deleted")
+}
+
+// cofferFullRestore verifies Backup b by full-restore through the coffer backend, as a Plan's
+// verification does: driver-velero restores the objects into the sandbox (a RestoreJob), the
+// verifier restores the volume data into a volume sandbox where its reader runs and compares every
+// file with the repository; the Backup is Verified by a restore that covers its data.
+func (e *env) cofferFullRestore(t *testing.T, ns string, b *backupsv1.Backup, files int64) {
+	restores := e.watchRestores(t)
+	run, res := e.verifyRun(t, ns, "coffer-full-restore", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer,
+		BackupRef: securityv1.BackupRef{Name: b.Name}, Mode: securityv1.ModeFullRestore, SandboxNamespace: "shop-coffer" + securityv1.SandboxSuffix})
+	var match *securityv1.Finding
+	for i, f := range res.Spec.Findings {
+		assert.False(t, f.Severity.AtLeast(securityv1.SeverityMedium), "%+v", f)
+		assert.NotEqual(t, securityv1.CodeVolumeDataNotVerified, f.Code, "%+v", f)
+		if f.Code == securityv1.CodeVolumeDataMatch {
+			match = &res.Spec.Findings[i]
+		}
+		if f.Code == securityv1.CodeRestoreSucceeded {
+			assert.Contains(t, f.Message, fmt.Sprintf("1 volume(s) restored into a volume sandbox and compared with the repository file by file (%d file(s))", files))
+		}
+	}
+	require.NotNil(t, match, "the volume's data was restored and compared: %+v", res.Spec.Findings)
+	assert.Contains(t, match.Message, fmt.Sprintf("all %d file(s) identical", files))
+	assert.Equal(t, "1", res.Spec.Details["volumesRestored"])
+	// The verdict of the full-restore is on the Backup (Verified stays False: the newest checksum
+	// verdict, of the flipped byte, failed), with the restore time of objects and data.
+	var fr *backupsv1.VerificationVerdict
+	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		verified := &backupsv1.Backup{}
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(b), verified); err != nil {
+			return false, err
+		}
+		if v := verified.Status.Verification; v != nil && v.FullRestore != nil && v.FullRestore.ResultRef != nil && v.FullRestore.ResultRef.Name == run.Status.ResultName() {
+			fr = v.FullRestore
+		}
+		return fr != nil, nil
+	}), "the full-restore's verdict is written on the Backup")
+	assert.Equal(t, backupsv1.VerificationPassed, fr.Result, fr.Message)
+	require.NotNil(t, fr.RestoreDuration)
+	assert.Equal(t, res.Spec.Details[securityv1.DetailRestoreSeconds], strconv.FormatInt(int64(fr.RestoreDuration.Seconds()), 10))
+	e.sandboxesGone(t, run)
+	// The verifier's own volume Restore ended with the run (the driver's Restore is the driver's).
+	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		vr := restores.volumeRestoreOf(run)
+		return vr != nil && restores.isDeleted(vr), nil
+	}), "the run's volume Restore was made and deleted")
 }
 
 // killVerifier SIGKILLs the verifier's container and returns its pod as it was just before.
@@ -478,6 +544,13 @@ func (e *env) watchRestores(t *testing.T) *restoreWatch {
 	return rw
 }
 
+// isDeleted tells whether Restore r was seen deleted.
+func (rw *restoreWatch) isDeleted(r *unstructured.Unstructured) bool {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.deleted[r.GetUID()]
+}
+
 // of returns the Restores of run, by UID.
 func (rw *restoreWatch) of(run *securityv1.BackupVerifyRun) map[types.UID]*unstructured.Unstructured {
 	rw.mu.Lock()
@@ -509,7 +582,7 @@ func nestedString(u *unstructured.Unstructured, fields ...string) string {
 
 // verifyRun runs a BackupVerifyRun of spec (timeout 5 minutes) in namespace ns and returns it,
 // Succeeded, with its Result; during, when given, is called once the run exists.
-func (e *env) verifyRun(t *testing.T, ns, name string, spec securityv1.BackupVerifyRunSpec, during ...func(*securityv1.BackupVerifyRun)) (*securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
+func (e *env) verifyRun(t testing.TB, ns, name string, spec securityv1.BackupVerifyRunSpec, during ...func(*securityv1.BackupVerifyRun)) (*securityv1.BackupVerifyRun, *securityv1.BackupVerifyResult) {
 	ctx, cl := e.ctx, e.cl
 	spec.Timeout = &metav1.Duration{Duration: 5 * time.Minute}
 	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
@@ -557,7 +630,7 @@ func (e *env) jobDriver(t *testing.T) {
 
 // shop creates a claim of the default StorageClass and a pod that mounts it, and waits until the
 // pod runs (the claim is then bound: WaitForFirstConsumer).
-func shop(t *testing.T, ctx context.Context, cl client.Client, ns, name, claimName string) {
+func shop(t testing.TB, ctx context.Context, cl client.Client, ns, name, claimName string) {
 	claim(t, ctx, cl, ns, claimName)
 	require.NoError(t, cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: "shop", Image: images.PauseName, ImagePullPolicy: corev1.PullNever,
@@ -568,14 +641,14 @@ func shop(t *testing.T, ctx context.Context, cl client.Client, ns, name, claimNa
 }
 
 // claim creates a claim of 256 MiB of the default StorageClass.
-func claim(t *testing.T, ctx context.Context, cl client.Client, ns, name string) {
+func claim(t testing.TB, ctx context.Context, cl client.Client, ns, name string) {
 	require.NoError(t, cl.Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
 		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("256Mi")}}}}))
 }
 
 // dump logs what Velero and the namespace hold, for a failed test.
-func dump(t *testing.T, cl client.Client, ns string) {
+func dump(t testing.TB, cl client.Client, ns string) {
 	for _, l := range []struct{ apiVersion, kind, ns string }{
 		{"velero.io/v1", "RestoreList", velerostack.Namespace}, {"velero.io/v1", "PodVolumeRestoreList", velerostack.Namespace},
 		{"velero.io/v1", "PodVolumeBackupList", velerostack.Namespace}, {"v1", "PodList", ns}, {"v1", "PodList", velerostack.Namespace},
@@ -595,9 +668,9 @@ func dump(t *testing.T, cl client.Client, ns string) {
 }
 
 // ended waits until done says o (re-read each second) has ended.
-func ended(t *testing.T, ctx context.Context, cl client.Client, o client.Object, done func() bool) {
+func ended(t testing.TB, ctx context.Context, cl client.Client, o client.Object, done func() bool) {
 	t.Helper()
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
 			return false, err
 		}
@@ -605,7 +678,7 @@ func ended(t *testing.T, ctx context.Context, cl client.Client, o client.Object,
 	}), "%T %s ended", o, o.GetName())
 }
 
-func running(t *testing.T, ctx context.Context, cl client.Client, ns, name string) {
+func running(t testing.TB, ctx context.Context, cl client.Client, ns, name string) {
 	t.Helper()
 	p := &corev1.Pod{}
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -617,7 +690,7 @@ func running(t *testing.T, ctx context.Context, cl client.Client, ns, name strin
 }
 
 // volumeDir is the directory on the node that holds claim's volume.
-func volumeDir(t *testing.T, ctx context.Context, cl client.Client, ns, claim string) string {
+func volumeDir(t testing.TB, ctx context.Context, cl client.Client, ns, claim string) string {
 	t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc))
@@ -629,7 +702,7 @@ func volumeDir(t *testing.T, ctx context.Context, cl client.Client, ns, claim st
 }
 
 // tree maps every regular file under dir to its SHA-256, and every directory to "dir".
-func tree(t *testing.T, dir string) map[string]string {
+func tree(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -656,7 +729,7 @@ func tree(t *testing.T, dir string) map[string]string {
 }
 
 // podLogs returns the logs of every container of every pod in namespace ns, for a failed test.
-func podLogs(t *testing.T, n *node.Node, ns string) string {
+func podLogs(t testing.TB, n *node.Node, ns string) string {
 	cs, err := kubernetes.NewForConfig(n.Cluster.Config)
 	if err != nil {
 		return err.Error()

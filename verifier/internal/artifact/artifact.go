@@ -55,6 +55,13 @@ type VolumeChecker interface {
 	CheckVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, out *backend.Outcome) error
 }
 
+// Cleaner is a Reader whose comparison makes objects of its own for a run (a Comparer restoring
+// volume data), which the run's cleanup ends: findings say what it could not delete; one
+// cleanup-deferred finding says the run's sandboxes must stay (the Sweeper deletes them later).
+type Cleaner interface {
+	Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding
+}
+
 // Registry chooses the Reader of a Backup.
 type Registry struct {
 	// ByDriver is the Reader of the artifacts of a driver, by its API group.

@@ -91,11 +91,26 @@ func (o *Outcome) RestoreTook(created metav1.Time, completed *metav1.Time) {
 	if completed == nil || created.IsZero() || completed.Before(&created) {
 		return
 	}
-	took := completed.Sub(created.Time)
+	o.restoreTook(completed.Sub(created.Time))
+}
+
+func (o *Outcome) restoreTook(took time.Duration) {
 	if before, ok := RestoreSeconds(o.Details); ok {
 		took += before
 	}
 	o.Detail(securityv1.DetailRestoreSeconds, strconv.FormatInt(int64(took.Seconds()), 10))
+}
+
+// MergeDetails copies details into o's, but for the restore time, which adds up (RestoreTook).
+func (o *Outcome) MergeDetails(details map[string]string) {
+	for k, v := range details {
+		if k != securityv1.DetailRestoreSeconds {
+			o.Detail(k, v)
+		}
+	}
+	if took, ok := RestoreSeconds(details); ok {
+		o.restoreTook(took)
+	}
 }
 
 // RestoreSeconds reads the detail RestoreTook records.

@@ -30,3 +30,13 @@ func TestRestoreTookAddsUpTheSteps(t *testing.T) {
 	took, _ = RestoreSeconds(o.Details)
 	assert.Equal(t, 160*time.Second, took)
 }
+
+// TestMergeDetailsAddsRestoreTimes: merged details replace o's, but the restore times add up.
+func TestMergeDetailsAddsRestoreTimes(t *testing.T) {
+	o := &Outcome{Details: map[string]string{"a": "1", "restoreSeconds": "30"}}
+	o.MergeDetails(map[string]string{"a": "2", "b": "3", "restoreSeconds": "12"})
+	assert.Equal(t, map[string]string{"a": "2", "b": "3", "restoreSeconds": "42"}, o.Details)
+	o = &Outcome{}
+	o.MergeDetails(map[string]string{"b": "3"})
+	assert.Equal(t, map[string]string{"b": "3"}, o.Details)
+}

@@ -28,8 +28,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -352,9 +352,10 @@ func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVeri
 		if err != nil {
 			return "", err
 		}
+		out.Done = vout.Done // a comparison that restores volume data takes passes
 		out.Findings = append(out.Findings, vout.Findings...)
 		out.ObjectsExpected, out.ObjectsRestored = vout.ObjectsExpected, vout.ObjectsRestored
-		maps.Copy(out.Details, vout.Details)
+		out.MergeDetails(vout.Details) // the restore of volume data adds to the restore time
 		return said, nil
 	}
 	confined, err := c.Sandbox.Recheck(ctx, run, map[string]string{b.Namespace: run.Spec.SandboxNamespace}, out)
@@ -415,6 +416,16 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 	if err != nil && !apierrors.IsNotFound(err) {
 		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
 			Object: "backups.cozystack.io/RestoreJob " + key.String(), Message: "deleting the verification RestoreJob: " + err.Error()})
+	}
+	// What the readers' comparisons made for the run (driver-velero's: the restore of its volume data).
+	for _, rd := range c.Artifacts.ByDriver {
+		if cl, ok := rd.(artifact.Cleaner); ok {
+			fs := cl.Cleanup(ctx, run)
+			if slices.ContainsFunc(fs, func(f securityv1.Finding) bool { return f.Code == securityv1.CodeCleanupDeferred }) {
+				return append(out, fs...)
+			}
+			out = append(out, fs...)
+		}
 	}
 	return append(out, c.Sandbox.Cleanup(ctx, run)...)
 }

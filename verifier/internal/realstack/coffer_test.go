@@ -534,8 +534,10 @@ func TestCofferFullRestoreComparesContent(t *testing.T) {
 		assert.Positive(t, testutil.CollectAndCount(metrics.RestoreDuration, "ugallu_backup_verify_restore_duration_seconds"))
 	})
 
-	// A Backup that records volume data passes on its objects, and its Result says that the
-	// volumes' data was neither restored nor compared (info: the verdict does not cover it).
+	// A Backup that records volume data Velero holds no file-system record of (here, no node agent
+	// backed anything up) passes on its objects, and its Result says that the volume's data was
+	// neither restored nor compared (info: the verdict does not cover it). e2e/volumes restores and
+	// compares a real one.
 	t.Run("volume data is said to be unverified", func(t *testing.T) {
 		withVolumes := cofferBackupIn(t, ns, ns+"-volumes", velerodriverv1.Group, dm, backupsv1.BackupReady,
 			&backupsv1.BackupArtifact{URI: "s3://" + velerostack.Bucket + "/" + velerostack.ObjectKey(vb.Name), Checksum: vb.Annotations[backupsv1.AnnotationChecksum]})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +30,7 @@ type ArtifactReader struct {
 var (
 	_ artifact.Comparer      = (*ArtifactReader)(nil)
 	_ artifact.VolumeChecker = (*ArtifactReader)(nil)
+	_ artifact.Cleaner       = (*ArtifactReader)(nil)
 )
 
 // Digest reads the tarball of the Velero backup that Backup b records.
@@ -105,7 +107,7 @@ func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.Bac
 	}
 	excluded := velerodriverv1.InertExcluded()
 	maps.Copy(excluded, sandbox.NeverInSandbox)
-	vout, err := a.Checker.CompareRestore(ctx, vrun, b.Namespace, sandboxNS, excluded)
+	vout, restored, err := a.Checker.CompareRestore(ctx, vrun, b.Namespace, sandboxNS, excluded)
 	if err != nil {
 		return vout, "", err
 	}
@@ -125,7 +127,10 @@ func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.Bac
 		msg = fmt.Sprintf("compared with Velero backup %s: all %d object(s) of namespace %s it restores are in the sandbox, %s of them compared by content and identical",
 			ref, vout.ObjectsExpected, b.Namespace, compared)
 	}
-	if volumes := unverifiedVolumes(b); volumes != "" {
+	if n := vout.Details[DetailVolumesRestored]; n != "" && n != "0" {
+		msg += fmt.Sprintf("; %s volume(s) restored into a volume sandbox and compared with the repository file by file (%s file(s))", n, vout.Details[DetailVolumeFilesCompared])
+	}
+	if volumes := unverifiedVolumes(b, restored); volumes != "" {
 		vout.Add(securityv1.CodeVolumeDataNotVerified, securityv1.SeverityInfo, "backups.cozystack.io/Backup "+b.Namespace+"/"+b.Name,
 			"the Backup records volume data that this verification neither restored nor compared: "+volumes)
 		msg += "; its volume data was not verified"
@@ -133,16 +138,36 @@ func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.Bac
 	return vout, msg, nil
 }
 
+// Cleanup ends what the volume phase of a coffer run's full-restore made in Velero's namespace
+// (the volume Restore, labelled with the run's UID): it deletes the run's Restores that ended and,
+// while one has not (Velero would re-create a deleted sandbox), says so with a cleanup-deferred
+// finding: the caller then keeps the run's sandboxes, and the Sweeper deletes them once it ended.
+func (a *ArtifactReader) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
+	hold, err := a.Checker.RestoreHold(ctx, run.UID)
+	switch {
+	case err != nil:
+		return []securityv1.Finding{{Code: securityv1.CodeCleanupDeferred, Severity: securityv1.SeverityInfo, Object: "velero.io/Restore",
+			Message: "the run's Velero Restores could not be read, so its sandboxes are kept, confined, until the sweeper finds them ended: " + err.Error()}}
+	case hold:
+		return []securityv1.Finding{{Code: securityv1.CodeCleanupDeferred, Severity: securityv1.SeverityInfo, Object: "velero.io/Restore",
+			Message: "Velero is still restoring the volume data: the run's Restore and its sandboxes are kept, confined, and deleted once it ends"}}
+	}
+	return nil
+}
+
 // unverifiedVolumes lists the volumes whose data Backup b records (driver-velero's
-// VeleroVolumeData), for a full-restore that restores and compares objects only; "" when it
-// records none.
-func unverifiedVolumes(b *backupsv1.Backup) string {
+// VeleroVolumeData) that the full-restore did not restore (restored: the kopia snapshots it did):
+// those moved from CSI snapshots, and any Velero holds no file-system record of; "" when none.
+func unverifiedVolumes(b *backupsv1.Backup, restored []string) string {
 	data, _, err := velerodriverv1.VolumeDataOf(b.Status.UnderlyingResources)
 	if err != nil {
 		return "its record of them does not parse: " + err.Error()
 	}
 	var names []string
 	for _, v := range data.Volumes {
+		if v.SnapshotID != "" && slices.Contains(restored, v.SnapshotID) {
+			continue
+		}
 		name := v.Namespace + "/" + v.PersistentVolumeClaim
 		if v.Pod != "" {
 			name = v.Namespace + "/" + v.Pod + "/" + v.PodVolume

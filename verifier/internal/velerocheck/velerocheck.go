@@ -483,7 +483,8 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		}
 		out.Add(securityv1.CodeChecksumMatch, securityv1.SeverityInfo, "velero.io/Restore "+vr.Name, msg)
 	}
-	return out, c.restoreVolumes(ctx, run, vb, bsl, objects, sources, &out)
+	_, err = c.restoreVolumes(ctx, run, vb, bsl, objects, sources, &out)
+	return out, err
 }
 
 // backupObjects reads the backup's resource list: its namespaced objects by source namespace, and
@@ -646,24 +647,34 @@ func (c *Checker) compareSandboxes(ctx context.Context, run *securityv1.BackupVe
 // namespaceMapping), but for the kinds that restore left out on purpose (excluded, with their
 // Velero resource names). Its workloads are not expected inert (the caller keeps them from
 // starting pods). Findings (object-missing, content-mismatch, and those of FullRestore's reading
-// of the backup) and details are FullRestore's.
-func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVerifyRun, source, sandbox string, excluded map[schema.GroupKind]string) (backend.Outcome, error) {
+// of the backup) and details are FullRestore's. Then, as FullRestore does, the volume data of
+// source is restored into a volume sandbox of the run's and compared (restoreVolumes): out.Done is
+// false while that goes on; the kopia snapshots it restores are returned.
+func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVerifyRun, source, sandbox string, excluded map[schema.GroupKind]string) (backend.Outcome, []string, error) {
 	out := backend.Outcome{Done: true}
 	vb, bsl, err := c.locate(ctx, run, &out)
 	if err != nil || vb == nil {
-		return out, err
+		return out, nil, err
+	}
+	if busy, err := c.volumesInFlight(ctx, run, vb.Namespace); busy || err != nil {
+		out.Done = false
+		return out, nil, err
 	}
 	objects, _, err := c.backupObjects(ctx, run, vb, bsl, &out)
 	if err != nil || objects == nil {
-		return out, err
+		return out, nil, err
 	}
 	if len(objects[source]) == 0 {
 		out.Add(securityv1.CodeObjectMissing, securityv1.SeverityHigh, "velero.io/Backup "+vb.Namespace+"/"+vb.Name,
 			fmt.Sprintf("the backup holds no namespaced objects of namespace %s to restore", source))
-		return out, nil
+		return out, nil, nil
 	}
 	sr := &sandboxRestore{vb: vb, bsl: bsl, objects: objects, sources: []string{source}, mapping: map[string]string{source: sandbox}, excluded: excluded}
-	return out, c.compareSandboxes(ctx, run, sr, &out)
+	if err := c.compareSandboxes(ctx, run, sr, &out); err != nil {
+		return out, nil, err
+	}
+	snapshots, err := c.restoreVolumes(ctx, run, vb, bsl, objects, []string{source}, &out)
+	return out, snapshots, err
 }
 
 func restoreTerminal(p velerov1.RestorePhase) bool {

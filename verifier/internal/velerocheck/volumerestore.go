@@ -189,27 +189,39 @@ func readerStuck(p *corev1.Pod, now time.Time) string {
 }
 
 // restoreVolumes is the volume phase of a full-restore (see above). It returns with out.Done false
-// while the restore or its readers go on.
+// while the restore or its readers go on, and the kopia snapshots it restores (findings say how
+// each went).
 func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
-	objects map[string][]objectRef, sources []string, out *backend.Outcome) error {
+	objects map[string][]objectRef, sources []string, out *backend.Outcome) (snapshots []string, err error) {
+	byNS, err := c.volumePhase(ctx, run, vb, bsl, objects, sources, out)
+	for _, vols := range byNS {
+		for _, v := range vols {
+			snapshots = append(snapshots, v.snapshot)
+		}
+	}
+	return snapshots, err
+}
+
+func (c *Checker) volumePhase(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
+	objects map[string][]objectRef, sources []string, out *backend.Outcome) (map[string][]volume, error) {
 	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
 	vols, err := c.volumesOf(ctx, vb)
 	var denied locationError
 	switch {
 	case errors.As(err, &denied):
 		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, object, "the backup's volume data, if it has any, was not restored: "+string(denied))
-		return nil
+		return nil, nil
 	case err != nil:
-		return err
+		return nil, err
 	}
 	byNS := restorableVolumes(vols, sources)
 	if len(byNS) == 0 {
-		return nil
+		return byNS, nil
 	}
 	if c.ReaderImage == "" {
 		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, object,
 			"the backup's volume data was not restored: the verifier does not know its own image, which the volume readers run (set --pod-name, POD_NAME)")
-		return nil
+		return byNS, nil
 	}
 	restored := slices.Sorted(maps.Keys(byNS))
 	mapping := volumeSandboxNames(run, restored)
@@ -225,9 +237,9 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 	}
 	if ready, refused, err := c.Sandbox.EnsureWithPods(ctx, run, pods, out); !ready {
 		if refused != nil {
-			return sandbox.Refused(out, *refused)
+			return byNS, sandbox.Refused(out, *refused)
 		}
-		return err
+		return byNS, err
 	}
 	noCluster := false
 	vr, err := c.ensureRestoreNamed(ctx, run, VolumeRestoreName(run), velerov1.RestoreSpec{
@@ -239,7 +251,7 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 		ResourceModifier:        &corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: VolumeReaders},
 	})
 	if err != nil {
-		return err
+		return byNS, err
 	}
 	what := "velero.io/Restore " + vr.Name
 	switch vr.Status.Phase {
@@ -252,16 +264,16 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 			out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, what, fmt.Sprintf(
 				"the backup's volume data was not restored: the restore cannot use the volume readers' resource modifiers (%s); apply deploy/verifier/velero in Velero's namespace %s (ConfigMap %s)",
 				v, vr.Namespace, VolumeReaders))
-			return nil
+			return byNS, nil
 		}
 		fallthrough
 	case velerov1.RestorePhaseFailed:
 		out.Add(securityv1.CodeRestoreFailed, securityv1.SeverityCritical, what,
 			fmt.Sprintf("the restore of the volume data %s: %s%s", vr.Status.Phase, vr.Status.FailureReason, strings.Join(vr.Status.ValidationErrors, "; ")))
-		return nil
+		return byNS, nil
 	default:
 		out.Done = false
-		return nil
+		return byNS, nil
 	}
 	// The recovery time covers the data too: a user's restore brings objects and volumes at once.
 	out.RestoreTook(vr.CreationTimestamp, vr.Status.CompletionTimestamp)
@@ -270,13 +282,13 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 	for _, sb := range mapping {
 		list := &corev1.PodList{}
 		if err := c.Reader.List(ctx, list, client.InNamespace(sb)); err != nil {
-			return backend.APIError("listing the pods of volume sandbox "+sb, err)
+			return byNS, backend.APIError("listing the pods of volume sandbox "+sb, err)
 		}
 		for i := range list.Items {
 			p := &list.Items[i]
 			if !readerSettled(p, now) {
 				out.Done = false
-				return nil
+				return byNS, nil
 			}
 			restoredPods[sb+"/"+p.Name] = p
 		}
@@ -287,23 +299,23 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 		out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, what, fmt.Sprintf(
 			"the restored volume data was not compared: the readers ran image %s, and the verifier runs %s; set the verifier's image in ConfigMap %s/%s",
 			image, c.ReaderImage, vr.Namespace, VolumeReaders))
-		return nil
+		return byNS, nil
 	}
 	tampered, err := c.Sandbox.CheckWithPods(ctx, run, pods, c.isReader)
 	if err != nil {
-		return err
+		return byNS, err
 	}
 	if len(tampered) > 0 {
 		out.Findings = append(out.Findings, tampered...)
-		return nil
+		return byNS, nil
 	}
 	// What the repository holds: every snapshot read whole, as checksum-only reads it.
 	digests := map[string]*treeDigest{}
 	if _, err := c.readVolumes(ctx, vb, bsl, vols, "", out, digests); err != nil {
-		return err
+		return byNS, err
 	}
 	compareVolumes(byNS, mapping, digests, restoredPods, what, vr.Status.Phase == velerov1.RestorePhasePartiallyFailed, out)
-	return nil
+	return byNS, nil
 }
 
 // compareVolumes compares each volume restored (byNS, into the sandboxes of mapping) with the
