@@ -95,7 +95,8 @@ chaos: build ## The chaos suite alone, with its full schedule of 20 kills.
 .PHONY: bench
 bench: ## Benchmarks against peers on this machine (Plan fire lag vs the CronJob controller, coffer-agent vs restic and kopia, ...); takes minutes (builds the peers when missing).
 	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_PEERS_BIN="$$(hack/testbin.sh --peers)"; \
-	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench . -benchtime=1x -timeout 60m ./...); done
+	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench . -benchtime=1x -timeout 60m ./...); done; \
+	cd e2e && go test -tags e2e -run '^$$' -bench . -benchtime=1x -timeout 60m ./volumes/ # on the real node: as root, else skipped
 
 .PHONY: demo
 demo: ## Local cluster of real processes, the golden lifecycle narrated, a final table; Ctrl-C tears down (DEMO_FLAGS=--exit stops at the end).
