@@ -143,6 +143,7 @@ func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.Bac
 // while one has not (Velero would re-create a deleted sandbox), says so with a cleanup-deferred
 // finding: the caller then keeps the run's sandboxes, and the Sweeper deletes them once it ended.
 func (a *ArtifactReader) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
+	a.Checker.forgetRead(run)
 	hold, err := a.Checker.RestoreHold(ctx, run.UID)
 	switch {
 	case err != nil:

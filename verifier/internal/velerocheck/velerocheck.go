@@ -65,6 +65,7 @@ type Checker struct {
 
 	mu      sync.Mutex
 	clients map[[sha256.Size]byte]*http.Client
+	reads   map[types.UID]*repositoryRead // by run, read while Velero restores volume data
 }
 
 func backupNamespace(run *securityv1.BackupVerifyRun) string {
@@ -740,6 +741,7 @@ func (c *Checker) ensureRestoreNamed(ctx context.Context, run *securityv1.Backup
 // is a finding; nothing else is ever deleted (a Restore under the run's Restore name that is not
 // labelled with its UID is left alone).
 func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) []securityv1.Finding {
+	c.forgetRead(run)
 	var out []securityv1.Finding
 	for _, name := range []string{RestoreName(run), VolumeRestoreName(run)} {
 		key := client.ObjectKey{Namespace: backupNamespace(run), Name: name}

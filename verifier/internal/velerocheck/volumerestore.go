@@ -14,6 +14,7 @@ import (
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -273,7 +274,10 @@ func (c *Checker) volumePhase(ctx context.Context, run *securityv1.BackupVerifyR
 		return byNS, nil
 	default:
 		out.Done = false
-		return byNS, nil
+		// While Velero restores, the repository is read (as the comparison needs it once the
+		// readers ended): the two take their time at once rather than one after the other.
+		_, err := c.repositoryRead(ctx, run, vb, bsl, vols, false)
+		return byNS, err
 	}
 	// The recovery time covers the data too: a user's restore brings objects and volumes at once.
 	out.RestoreTook(vr.CreationTimestamp, vr.Status.CompletionTimestamp)
@@ -309,13 +313,57 @@ func (c *Checker) volumePhase(ctx context.Context, run *securityv1.BackupVerifyR
 		out.Findings = append(out.Findings, tampered...)
 		return byNS, nil
 	}
-	// What the repository holds: every snapshot read whole, as checksum-only reads it.
-	digests := map[string]*treeDigest{}
-	if _, err := c.readVolumes(ctx, vb, bsl, vols, "", out, digests); err != nil {
+	read, err := c.repositoryRead(ctx, run, vb, bsl, vols, true)
+	if err != nil {
 		return byNS, err
 	}
-	compareVolumes(byNS, mapping, digests, restoredPods, what, vr.Status.Phase == velerov1.RestorePhasePartiallyFailed, out)
+	out.Findings = append(out.Findings, read.out.Findings...)
+	out.MergeDetails(read.out.Details)
+	compareVolumes(byNS, mapping, read.digests, restoredPods, what, vr.Status.Phase == velerov1.RestorePhasePartiallyFailed, out)
 	return byNS, nil
+}
+
+// repositoryRead is what the repository holds of the volumes a run restores: every snapshot read
+// whole, as checksum-only reads it (the read's findings and details, and each snapshot's digest).
+type repositoryRead struct {
+	out     backend.Outcome
+	digests map[string]*treeDigest
+}
+
+// repositoryRead reads vols from the repository for run once: the reading made while Velero
+// restored (kept in memory, by the run's UID: a restarted verifier reads again) serves the
+// comparison; take hands it over (and forgets it).
+func (c *Checker) repositoryRead(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
+	vols []volume, take bool) (*repositoryRead, error) {
+	c.mu.Lock()
+	read := c.reads[run.UID]
+	if take {
+		delete(c.reads, run.UID)
+	}
+	c.mu.Unlock()
+	if read != nil {
+		return read, nil
+	}
+	read = &repositoryRead{digests: map[string]*treeDigest{}}
+	if _, err := c.readVolumes(ctx, vb, bsl, vols, "", &read.out, read.digests); err != nil {
+		return nil, err
+	}
+	if !take {
+		c.mu.Lock()
+		if c.reads == nil {
+			c.reads = map[types.UID]*repositoryRead{}
+		}
+		c.reads[run.UID] = read
+		c.mu.Unlock()
+	}
+	return read, nil
+}
+
+// forgetRead drops what repositoryRead kept for run (it ended).
+func (c *Checker) forgetRead(run *securityv1.BackupVerifyRun) {
+	c.mu.Lock()
+	delete(c.reads, run.UID)
+	c.mu.Unlock()
 }
 
 // compareVolumes compares each volume restored (byNS, into the sandboxes of mapping) with the
