@@ -38,7 +38,7 @@ type Backend interface {
 type Restorer interface {
 	Backend
 	// FullRestore starts or observes the run's restore. An Outcome with Done false is a restore
-	// in progress: the reconciler polls again (PollInterval) and says Waiting(run).
+	// in progress: the reconciler polls again (within PollInterval) and says Waiting(run).
 	FullRestore(ctx context.Context, run *securityv1.BackupVerifyRun) (Outcome, error)
 	// Waiting names what a full-restore in progress waits for, for the run's conditions.
 	Waiting(run *securityv1.BackupVerifyRun) string

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -148,7 +149,7 @@ func TestAnyBackendRunsTheWholeLifecycle(t *testing.T) {
 	run := l.run(securityv1.BackendVelero, securityv1.ModeFullRestore)
 
 	res := l.step(run)
-	assert.Equal(t, PollInterval, res.RequeueAfter)
+	assert.Equal(t, MinPollInterval, res.RequeueAfter, "a run just started checks again soon")
 	c := condition(run, securityv1.ConditionProgressing)
 	assert.Equal(t, securityv1.ReasonRestoreInProgress, c.Reason)
 	assert.Equal(t, "waiting for scripted restore of "+run.Name, c.Message)
@@ -203,4 +204,15 @@ func TestBackendsItCannotRunFailClearly(t *testing.T) {
 		assert.True(t, strings.HasPrefix(l.result(run).Spec.Details[securityv1.DetailFailure], tt.reason), ready.Message)
 	}
 	assert.Zero(t, s.calls)
+}
+
+// TestPollAfter: a full-restore checks its Restore again after a tenth of its age, no sooner than
+// every second and no later than the spec's 10 s.
+func TestPollAfter(t *testing.T) {
+	for age, want := range map[time.Duration]time.Duration{
+		0: time.Second, 5 * time.Second: time.Second, 30 * time.Second: 3 * time.Second, 99 * time.Second: 9900 * time.Millisecond,
+		100 * time.Second: 10 * time.Second, time.Hour: 10 * time.Second,
+	} {
+		assert.Equal(t, want, pollAfter(age), "age %s", age)
+	}
 }

@@ -16,7 +16,7 @@ import (
 // SetupWithManager registers the reconciler. A run is reconciled when it is created (and for every
 // run when the verifier starts); its spec is immutable, so its updates are the verifier's own status
 // writes and are not watched. After that the reconciler asks to come back: a full-restore's Restore
-// is polled every PollInterval, as the spec says, rather than watched (the verifier must start and
+// is polled (pollAfter, every PollInterval at most, as the spec says) rather than watched (the verifier must start and
 // fail runs cleanly when Velero's CRDs are not installed at all), and retries back off, never past
 // the run's deadline. Errors of the verifier's own writes are retried by the controller from 1 s
 // doubling to 1 min, so that a run still ends soon after the API server answers again.

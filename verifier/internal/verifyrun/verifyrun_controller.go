@@ -35,8 +35,20 @@ import (
 // ugallu's does; this covers runs stored before that default).
 const DefaultTimeout = 15 * time.Minute
 
-// PollInterval is how often a full-restore checks its Restore (the spec's 10 s).
-const PollInterval = 10 * time.Second
+// PollInterval is the longest a full-restore waits between two checks of its Restore (the spec's
+// 10 s). A younger run checks sooner (pollAfter): a tenth of its age, and at least every
+// MinPollInterval, so a short restore is seen ended within about a tenth of its time rather than
+// up to 10 s later (each wait of a full-restore, up to three with volume data, added its share: a
+// verification of 1 GiB whose restores took 18 s took 35 s), at the cost of a Get or two per check.
+const (
+	PollInterval    = 10 * time.Second
+	MinPollInterval = time.Second
+)
+
+// pollAfter is how long a full-restore of age waits before it checks its Restore again.
+func pollAfter(age time.Duration) time.Duration {
+	return min(PollInterval, max(MinPollInterval, age/10))
+}
 
 // Retries after infrastructure trouble (the API server, Velero, the object store, the check's
 // process) back off per run from RetryBase, doubling up to RetryMax, and never past the run's
@@ -210,7 +222,11 @@ func (r *Reconciler) advance(ctx context.Context, s *scope) (reconcile.Result, e
 			what = w.Waiting(s.run)
 		}
 		msg := "waiting for " + what
-		poll := min(PollInterval, r.untilDeadline(s))
+		age := time.Duration(0)
+		if st := s.run.Status.StartTime; st != nil {
+			age = s.now.Sub(st.Time)
+		}
+		poll := min(pollAfter(age), r.untilDeadline(s))
 		log.V(1).Info("Restore in progress", "restore", what, "pollIn", poll)
 		setCondition(s.run, securityv1.ConditionProgressing, metav1.ConditionTrue, securityv1.ReasonRestoreInProgress, msg, s.now)
 		return reconcile.Result{RequeueAfter: poll}, nil
