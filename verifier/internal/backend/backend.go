@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -68,6 +69,8 @@ type Outcome struct {
 	ObjectsExpected int32
 	ObjectsRestored int32
 	Details         map[string]string
+
+	restores []span // of RestoreTook
 }
 
 // Add records a finding.
@@ -86,30 +89,48 @@ func (o *Outcome) Detail(key, value string) {
 // RestoreTook records how long a restore took, from its creation to its completion (its own
 // timestamps, so a verifier restart in between changes nothing): the measured recovery time of
 // the Backup (securityv1.DetailRestoreSeconds). Nothing is recorded without a completion time. A
-// run that restores in steps (objects, then volume data) calls it for each: the times add up.
+// run that restores in steps (objects, volume data) calls it for each: the time recorded is that
+// of their union, so restores that ran one after the other add up, and time they ran at once
+// counts once.
 func (o *Outcome) RestoreTook(created metav1.Time, completed *metav1.Time) {
 	if completed == nil || created.IsZero() || completed.Before(&created) {
 		return
 	}
-	o.restoreTook(completed.Sub(created.Time))
+	o.restoreTook(span{created.Time, completed.Time})
 }
 
-func (o *Outcome) restoreTook(took time.Duration) {
-	if before, ok := RestoreSeconds(o.Details); ok {
-		took += before
+// span is a restore's time, from its creation to its completion.
+type span struct{ from, to time.Time }
+
+func (o *Outcome) restoreTook(spans ...span) {
+	o.restores = append(o.restores, spans...)
+	slices.SortFunc(o.restores, func(a, b span) int { return a.from.Compare(b.from) })
+	var took time.Duration
+	var end time.Time
+	for _, s := range o.restores {
+		switch {
+		case s.from.After(end):
+			took += s.to.Sub(s.from)
+		case s.to.After(end):
+			took += s.to.Sub(end)
+		}
+		if s.to.After(end) {
+			end = s.to
+		}
 	}
 	o.Detail(securityv1.DetailRestoreSeconds, strconv.FormatInt(int64(took.Seconds()), 10))
 }
 
-// MergeDetails copies details into o's, but for the restore time, which adds up (RestoreTook).
-func (o *Outcome) MergeDetails(details map[string]string) {
-	for k, v := range details {
+// Merge adds another outcome's details to o's, but for the restore time, which covers the
+// restores of both (RestoreTook).
+func (o *Outcome) Merge(other *Outcome) {
+	for k, v := range other.Details {
 		if k != securityv1.DetailRestoreSeconds {
 			o.Detail(k, v)
 		}
 	}
-	if took, ok := RestoreSeconds(details); ok {
-		o.restoreTook(took)
+	if len(other.restores) > 0 {
+		o.restoreTook(other.restores...)
 	}
 }
 

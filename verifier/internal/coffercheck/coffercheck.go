@@ -355,7 +355,7 @@ func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVeri
 		out.Done = vout.Done // a comparison that restores volume data takes passes
 		out.Findings = append(out.Findings, vout.Findings...)
 		out.ObjectsExpected, out.ObjectsRestored = vout.ObjectsExpected, vout.ObjectsRestored
-		out.MergeDetails(vout.Details) // the restore of volume data adds to the restore time
+		out.Merge(&vout) // the restore of volume data counts in the restore time
 		return said, nil
 	}
 	confined, err := c.Sandbox.Recheck(ctx, run, map[string]string{b.Namespace: run.Spec.SandboxNamespace}, out)

@@ -279,7 +279,7 @@ func (c *Checker) volumePhase(ctx context.Context, run *securityv1.BackupVerifyR
 		_, err := c.repositoryRead(ctx, run, vb, bsl, vols, false)
 		return byNS, err
 	}
-	// The recovery time covers the data too: a user's restore brings objects and volumes at once.
+	// The recovery time covers the data too.
 	out.RestoreTook(vr.CreationTimestamp, vr.Status.CompletionTimestamp)
 	restoredPods := map[string]*corev1.Pod{} // sandbox/name → pod
 	now := time.Now()
@@ -318,7 +318,7 @@ func (c *Checker) volumePhase(ctx context.Context, run *securityv1.BackupVerifyR
 		return byNS, err
 	}
 	out.Findings = append(out.Findings, read.out.Findings...)
-	out.MergeDetails(read.out.Details)
+	out.Merge(&read.out)
 	compareVolumes(byNS, mapping, read.digests, restoredPods, what, vr.Status.Phase == velerov1.RestorePhasePartiallyFailed, out)
 	return byNS, nil
 }
