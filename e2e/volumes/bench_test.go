@@ -71,6 +71,7 @@ func BenchmarkFullRestoreOfAVolume(b *testing.B) {
 
 	for range b.N {
 		// The verification first: what it leaves in the page cache can only help the bare restore.
+		restores := e.watchRestores(b)
 		began := time.Now()
 		run, res := e.verifyRun(b, ns, "bench", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
 			BackupRef: securityv1.BackupRef{Name: ns, Namespace: velerostack.Namespace}, Mode: securityv1.ModeFullRestore,
@@ -79,6 +80,12 @@ func BenchmarkFullRestoreOfAVolume(b *testing.B) {
 		require.Equal(b, "1", res.Spec.Details["volumesRestored"], "%+v", res.Spec.Findings)
 		require.Equal(b, strconv.Itoa(files), res.Spec.Details["volumeFilesCompared"])
 		e.sandboxesGone(b, run)
+		// Where the verification's time went, by the API server's clock (whole seconds).
+		for _, r := range restores.of(run) {
+			b.Logf("Restore %s: created %s, started %s, completed %s", r.GetName(), r.GetCreationTimestamp().Format(time.TimeOnly),
+				nestedString(r, "status", "startTimestamp"), nestedString(r, "status", "completionTimestamp"))
+		}
+		b.Logf("run: created %s, completed %s", run.CreationTimestamp.Format(time.TimeOnly), run.Status.CompletionTime.Format(time.TimeOnly))
 
 		target := ns + "-restored"
 		r := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "velero.io/v1", "kind": "Restore",
@@ -90,6 +97,8 @@ func BenchmarkFullRestoreOfAVolume(b *testing.B) {
 		phase := e.until(b, r, "Completed", "PartiallyFailed", "Failed", "FailedValidation")
 		restored := time.Since(began)
 		require.Equal(b, "Completed", phase)
+		b.Logf("bare Restore %s: created %s, started %s, completed %s", r.GetName(), r.GetCreationTimestamp().Format(time.TimeOnly),
+			nestedString(r, "status", "startTimestamp"), nestedString(r, "status", "completionTimestamp"))
 		into := volumeDir(b, ctx, e.cl, target, "data")
 		var size int64
 		for i := range files {

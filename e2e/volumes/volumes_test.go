@@ -531,7 +531,7 @@ type restoreWatch struct {
 	deleted map[types.UID]bool
 }
 
-func (e *env) watchRestores(t *testing.T) *restoreWatch {
+func (e *env) watchRestores(t testing.TB) *restoreWatch {
 	dyn, err := dynamic.NewForConfig(e.n.Cluster.Config)
 	require.NoError(t, err)
 	w, err := dyn.Resource(schema.GroupVersionResource{Group: "velero.io", Version: "v1", Resource: "restores"}).Namespace(velerostack.Namespace).

@@ -55,6 +55,13 @@ type VolumeChecker interface {
 	CheckVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, out *backend.Outcome) error
 }
 
+// Starter is a Comparer whose comparison makes a restore of its own (driver-velero's: the
+// volume data), which it starts beside the driver's restore rather than after it. What it finds
+// then is not said: the comparison, which does it all again where it is not done, says it.
+type Starter interface {
+	StartRestore(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup)
+}
+
 // Cleaner is a Reader whose comparison makes objects of its own for a run (a Comparer restoring
 // volume data), which the run's cleanup ends: findings say what it could not delete; one
 // cleanup-deferred finding says the run's sandboxes must stay (the Sweeper deletes them later).

@@ -282,6 +282,13 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		if rj, err = c.createRestoreJob(ctx, run, b, key); err != nil {
 			return out, err
 		}
+		// A comparison that restores on its own (driver-velero's volume data) starts now, beside
+		// the driver's restore.
+		if rd, err := c.Artifacts.For(b); err == nil {
+			if st, ok := rd.(artifact.Starter); ok {
+				st.StartRestore(ctx, run, b)
+			}
+		}
 	}
 	obj := "backups.cozystack.io/RestoreJob " + key.String()
 	ready := meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady)

@@ -31,6 +31,7 @@ var (
 	_ artifact.Comparer      = (*ArtifactReader)(nil)
 	_ artifact.VolumeChecker = (*ArtifactReader)(nil)
 	_ artifact.Cleaner       = (*ArtifactReader)(nil)
+	_ artifact.Starter       = (*ArtifactReader)(nil)
 )
 
 // Digest reads the tarball of the Velero backup that Backup b records.
@@ -136,6 +137,16 @@ func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.Bac
 		msg += "; its volume data was not verified"
 	}
 	return vout, msg, nil
+}
+
+// StartRestore starts the restore of the volume data of Backup b's namespace (CompareRestore's
+// volume phase) beside the driver's restore of its objects.
+func (a *ArtifactReader) StartRestore(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) {
+	vrun, err := veleroRun(run, b)
+	if err != nil {
+		return
+	}
+	a.Checker.startVolumes(ctx, vrun, b.Namespace)
 }
 
 // Cleanup ends what the volume phase of a coffer run's full-restore made in Velero's namespace

@@ -682,6 +682,21 @@ func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVeri
 	return out, snapshots, err
 }
 
+// startVolumes starts the volume phase of run (the restore of the volume data of namespace
+// source) ahead of the comparison, which does it again in full; what it finds is not kept.
+func (c *Checker) startVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, source string) {
+	var out backend.Outcome
+	vb, bsl, err := c.locate(ctx, run, &out)
+	if err != nil || vb == nil {
+		return
+	}
+	objects, _, err := c.backupObjects(ctx, run, vb, bsl, &out)
+	if err != nil || objects == nil {
+		return
+	}
+	_, _ = c.restoreVolumes(ctx, run, vb, bsl, objects, []string{source}, &out)
+}
+
 func restoreTerminal(p velerov1.RestorePhase) bool {
 	switch p {
 	case velerov1.RestorePhaseCompleted, velerov1.RestorePhasePartiallyFailed, velerov1.RestorePhaseFailed, velerov1.RestorePhaseFailedValidation:

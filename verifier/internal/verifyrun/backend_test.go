@@ -206,12 +206,12 @@ func TestBackendsItCannotRunFailClearly(t *testing.T) {
 	assert.Zero(t, s.calls)
 }
 
-// TestPollAfter: a full-restore checks its Restore again after a tenth of its age, no sooner than
-// every second and no later than the spec's 10 s.
+// TestPollAfter: a full-restore checks its Restore again after a twentieth of its age, no sooner
+// than every half second and no later than the spec's 10 s.
 func TestPollAfter(t *testing.T) {
 	for age, want := range map[time.Duration]time.Duration{
-		0: time.Second, 5 * time.Second: time.Second, 30 * time.Second: 3 * time.Second, 99 * time.Second: 9900 * time.Millisecond,
-		100 * time.Second: 10 * time.Second, time.Hour: 10 * time.Second,
+		0: 500 * time.Millisecond, 5 * time.Second: 500 * time.Millisecond, 30 * time.Second: 1500 * time.Millisecond,
+		199 * time.Second: 9950 * time.Millisecond, 200 * time.Second: 10 * time.Second, time.Hour: 10 * time.Second,
 	} {
 		assert.Equal(t, want, pollAfter(age), "age %s", age)
 	}

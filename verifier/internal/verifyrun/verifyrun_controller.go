@@ -36,18 +36,18 @@ import (
 const DefaultTimeout = 15 * time.Minute
 
 // PollInterval is the longest a full-restore waits between two checks of its Restore (the spec's
-// 10 s). A younger run checks sooner (pollAfter): a tenth of its age, and at least every
-// MinPollInterval, so a short restore is seen ended within about a tenth of its time rather than
-// up to 10 s later (each wait of a full-restore, up to three with volume data, added its share: a
+// 10 s). A younger run checks sooner (pollAfter): after a twentieth of its age, and at least every
+// MinPollInterval, so a short restore is seen ended within about 5 % of its time rather than up
+// to 10 s later (each wait of a full-restore, up to three with volume data, added its share: a
 // verification of 1 GiB whose restores took 18 s took 35 s), at the cost of a Get or two per check.
 const (
 	PollInterval    = 10 * time.Second
-	MinPollInterval = time.Second
+	MinPollInterval = 500 * time.Millisecond
 )
 
 // pollAfter is how long a full-restore of age waits before it checks its Restore again.
 func pollAfter(age time.Duration) time.Duration {
-	return min(PollInterval, max(MinPollInterval, age/10))
+	return min(PollInterval, max(MinPollInterval, age/20))
 }
 
 // Retries after infrastructure trouble (the API server, Velero, the object store, the check's
