@@ -41,7 +41,7 @@ func TestRestoreTookCoversTheUnionOfTheRestores(t *testing.T) {
 	o.RestoreTook(*at(0), at(10*time.Second))
 	assert.Equal(t, 31*time.Second, took(t, o))
 	// Nested, and a third after a gap.
-	o.RestoreTook(*at(5*time.Second), at(20*time.Second))
+	o.RestoreTook(*at(5 * time.Second), at(20*time.Second))
 	o.RestoreTook(*at(time.Minute), at(61*time.Second))
 	assert.Equal(t, 32*time.Second, took(t, o))
 }
@@ -52,7 +52,7 @@ func TestMergeCoversBothOutcomesRestores(t *testing.T) {
 	o := &Outcome{Details: map[string]string{"a": "1"}}
 	o.RestoreTook(*at(0), at(30*time.Second)) // the driver's RestoreJob
 	other := &Outcome{Details: map[string]string{"a": "2", "b": "3"}}
-	other.RestoreTook(*at(40*time.Second), at(52*time.Second)) // the volume restore, after the comparison
+	other.RestoreTook(*at(40 * time.Second), at(52*time.Second)) // the volume restore, after the comparison
 	o.Merge(other)
 	assert.Equal(t, map[string]string{"a": "2", "b": "3", "restoreSeconds": "42"}, o.Details)
 	o = &Outcome{}
