@@ -37,6 +37,7 @@ import (
 	"github.com/coffer-backup/coffer/e2e/harness/velerostack"
 	bvsandbox "github.com/coffer-backup/coffer/verifier/internal/sandbox"
 	"github.com/coffer-backup/coffer/verifier/internal/velerocheck"
+	"github.com/coffer-backup/coffer/verifier/internal/verifyrun"
 )
 
 func veleroRun(t *testing.T, name, backup string, m securityv1.Mode, sandbox string) *securityv1.BackupVerifyRun {
@@ -214,7 +215,7 @@ func TestFullRestore(t *testing.T) {
 	h.velero().Sandbox.BeforeDiff = func(ctx context.Context, sandboxes map[string]string) { atDiff = sandboxHolds(t, sandboxes[ns]) }
 	run := veleroRun(t, "fr-ok", vb.Name, securityv1.ModeFullRestore, sandbox)
 	res := h.step(run) // Running: the sandbox and the Restore are created in the same pass
-	assert.Equal(t, 10*time.Second, res.RequeueAfter, "polls the Restore every 10 s")
+	assert.Equal(t, verifyrun.MinPollInterval, res.RequeueAfter, "a run just started polls its Restore soon (at most every 10 s later on)")
 	assert.Equal(t, securityv1.ReasonRestoreInProgress, meta.FindStatusCondition(run.Status.Conditions, securityv1.ConditionProgressing).Reason)
 	sb := &corev1.Namespace{}
 	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: sandbox}, sb))
