@@ -3,6 +3,7 @@
 package deployments
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
@@ -100,9 +102,17 @@ func (e *env) verifySnapshots(t *testing.T) {
 	assert.Equal(t, securityv1.RunFailed, runs["elsewhere"].Status.Phase, runs["elsewhere"].Status.Message)
 	assert.Contains(t, runs["elsewhere"].Status.Message, "node no-such-node does not exist")
 	assert.False(t, securityv1.WorstSeverity(result(runs["elsewhere"]).Spec.Findings).AtLeast(securityv1.SeverityHigh))
+	// Each check pod is deleted once its report is read, before its run ends; the kubelet then
+	// takes a moment to let the API server remove a pod that ran (the run may end first).
 	pods := &corev1.PodList{}
 	require.NoError(t, e.cl.List(e.ctx, pods, client.InNamespace("ugallu-system"), client.MatchingLabels{"app.kubernetes.io/name": "coffer-etcd-check"}))
-	assert.Empty(t, pods.Items, "each check pod is deleted once its report is read")
+	for _, p := range pods.Items {
+		assert.False(t, p.DeletionTimestamp.IsZero(), "check pod %s is being deleted once its run ended", p.Name)
+	}
+	assert.NoError(t, wait.PollUntilContextTimeout(e.ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.cl.List(ctx, pods, client.InNamespace("ugallu-system"), client.MatchingLabels{"app.kubernetes.io/name": "coffer-etcd-check"})
+		return err == nil && len(pods.Items) == 0, err
+	}), "each check pod is deleted once its report is read")
 	assert.Contains(t, codes, securityv1.CodeEtcdSnapshotCorrupt)
 	assert.NotContains(t, codes, securityv1.CodeCheckNotRun, "the child process ran in the image")
 	assert.True(t, strings.Contains(fmt.Sprint(res.Spec.Findings), "consistency check"), "the walk, not the hash, found it: %v", res.Spec.Findings)
