@@ -424,7 +424,9 @@ func (c *Checker) Cleanup(ctx context.Context, run *securityv1.BackupVerifyRun) 
 		out = append(out, securityv1.Finding{Code: securityv1.CodeCleanupFailed, Severity: securityv1.SeverityLow,
 			Object: "backups.cozystack.io/RestoreJob " + key.String(), Message: "deleting the verification RestoreJob: " + err.Error()})
 	}
-	// What the readers' comparisons made for the run (driver-velero's: the restore of its volume data).
+	// What the readers' comparisons made for the run (driver-velero's: the restore of its volume
+	// data). Every Cleaner is asked, not only the Backup's driver's: the Backup may be gone by now,
+	// and each deletes only what carries the run's UID (another driver's finds nothing: one list).
 	for _, rd := range c.Artifacts.ByDriver {
 		if cl, ok := rd.(artifact.Cleaner); ok {
 			fs := cl.Cleanup(ctx, run)

@@ -146,7 +146,7 @@ func (a *ArtifactReader) StartRestore(ctx context.Context, run *securityv1.Backu
 	if err != nil {
 		return
 	}
-	a.Checker.startVolumes(ctx, vrun, b.Namespace)
+	a.Checker.startRestore(ctx, vrun, b.Namespace)
 }
 
 // Cleanup ends what the volume phase of a coffer run's full-restore made in Velero's namespace

@@ -467,10 +467,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		return out, nil
 	default:
 		out.Done = false
-		// The volume data is restored at the same time, by its own Restore into its own sandboxes
-		// (a user's restore brings objects and data at once): started now rather than once the
-		// objects are compared. The pass that compares says all it says again, in full.
-		_, _ = c.restoreVolumes(ctx, run, vb, bsl, objects, sources, &backend.Outcome{})
+		c.startVolumes(ctx, run, vb, bsl, objects, sources)
 		return out, nil
 	}
 	out.RestoreTook(vr.CreationTimestamp, vr.Status.CompletionTimestamp)
@@ -678,13 +675,13 @@ func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVeri
 	if err := c.compareSandboxes(ctx, run, sr, &out); err != nil {
 		return out, nil, err
 	}
-	snapshots, err := c.restoreVolumes(ctx, run, vb, bsl, objects, []string{source}, &out)
-	return out, snapshots, err
+	byNS, err := c.restoreVolumes(ctx, run, vb, bsl, objects, []string{source}, &out)
+	return out, snapshotsOf(byNS), err
 }
 
-// startVolumes starts the volume phase of run (the restore of the volume data of namespace
-// source) ahead of the comparison, which does it again in full; what it finds is not kept.
-func (c *Checker) startVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, source string) {
+// startRestore starts the volume phase of run (the restore of the volume data of namespace
+// source) ahead of CompareRestore (startVolumes).
+func (c *Checker) startRestore(ctx context.Context, run *securityv1.BackupVerifyRun, source string) {
 	var out backend.Outcome
 	vb, bsl, err := c.locate(ctx, run, &out)
 	if err != nil || vb == nil {
@@ -694,7 +691,7 @@ func (c *Checker) startVolumes(ctx context.Context, run *securityv1.BackupVerify
 	if err != nil || objects == nil {
 		return
 	}
-	_, _ = c.restoreVolumes(ctx, run, vb, bsl, objects, []string{source}, &out)
+	c.startVolumes(ctx, run, vb, bsl, objects, []string{source})
 }
 
 func restoreTerminal(p velerov1.RestorePhase) bool {

@@ -190,20 +190,9 @@ func readerStuck(p *corev1.Pod, now time.Time) string {
 }
 
 // restoreVolumes is the volume phase of a full-restore (see above). It returns with out.Done false
-// while the restore or its readers go on, and the kopia snapshots it restores (findings say how
-// each went).
+// while the restore or its readers go on, and the volumes it restores by source namespace
+// (findings say how each went).
 func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
-	objects map[string][]objectRef, sources []string, out *backend.Outcome) (snapshots []string, err error) {
-	byNS, err := c.volumePhase(ctx, run, vb, bsl, objects, sources, out)
-	for _, vols := range byNS {
-		for _, v := range vols {
-			snapshots = append(snapshots, v.snapshot)
-		}
-	}
-	return snapshots, err
-}
-
-func (c *Checker) volumePhase(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
 	objects map[string][]objectRef, sources []string, out *backend.Outcome) (map[string][]volume, error) {
 	object := "velero.io/Backup " + vb.Namespace + "/" + vb.Name
 	vols, err := c.volumesOf(ctx, vb)
@@ -364,6 +353,25 @@ func (c *Checker) forgetRead(run *securityv1.BackupVerifyRun) {
 	c.mu.Lock()
 	delete(c.reads, run.UID)
 	c.mu.Unlock()
+}
+
+// snapshotsOf returns the kopia snapshots of the volumes restoreVolumes restores.
+func snapshotsOf(byNS map[string][]volume) []string {
+	var snapshots []string
+	for _, vols := range byNS {
+		for _, v := range vols {
+			snapshots = append(snapshots, v.snapshot)
+		}
+	}
+	return snapshots
+}
+
+// startVolumes starts the volume phase ahead of the comparison, which does it again in full: the
+// volume data is restored at the same time as the objects (as a user's restore brings both at
+// once) rather than once they are compared. What it finds is not kept.
+func (c *Checker) startVolumes(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
+	objects map[string][]objectRef, sources []string) {
+	_, _ = c.restoreVolumes(ctx, run, vb, bsl, objects, sources, &backend.Outcome{})
 }
 
 // compareVolumes compares each volume restored (byNS, into the sandboxes of mapping) with the
