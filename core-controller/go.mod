@@ -5,7 +5,8 @@ go 1.26.0
 replace github.com/coffer-backup/coffer/apis => ../apis
 
 require (
-	github.com/coffer-backup/coffer/apis v0.0.0-00010101000000-000000000000
+	github.com/coffer-backup/coffer/apis v0.0.0
+	github.com/coffer-backup/coffer/driverkit v0.0.0
 	github.com/coffer-backup/coffer/e2e/harness v0.0.0
 	github.com/go-logr/logr v1.4.3
 	github.com/minio/minio-go/v7 v7.4.1
@@ -102,3 +103,5 @@ require (
 replace github.com/coffer-backup/coffer/e2e/harness => ../e2e/harness
 
 replace github.com/coffer-backup/coffer/metricskit => ../metricskit
+
+replace github.com/coffer-backup/coffer/driverkit => ../driverkit

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/driverkit/fairqueue"
 )
 
 // MaxRetryDelay caps the backoff between retries of a failing reconcile, so a run whose
@@ -118,6 +119,7 @@ func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b := ctrl.NewControllerManagedBy(mgr).Named(name).For(obj, forOpts...).WithOptions(controller.Options{
 			MaxConcurrentReconciles: workers,
+			NewQueue:                fairqueue.NewQueue,
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, MaxRetryDelay),
 		})
 		for _, w := range watches {

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/coffer-backup/coffer/apis v0.0.0
+	github.com/coffer-backup/coffer/driverkit v0.0.0
 	github.com/coffer-backup/coffer/e2e/harness v0.0.0
 	github.com/coffer-backup/coffer/velerokit v0.0.0
 	github.com/go-logr/logr v1.4.4
@@ -156,3 +157,5 @@ replace github.com/coffer-backup/coffer/velerokit => ../velerokit
 replace github.com/coffer-backup/coffer/e2e/harness => ../e2e/harness
 
 replace github.com/coffer-backup/coffer/metricskit => ../metricskit
+
+replace github.com/coffer-backup/coffer/driverkit => ../driverkit

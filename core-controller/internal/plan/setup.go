@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/driverkit/fairqueue"
 )
 
 // IndexBackupsByPlan registers BackupPlanIndex on the manager's cache.
@@ -42,7 +43,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, wor
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("core-plan").
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, NewQueue: fairqueue.NewQueue}).
 		For(&backupsv1.Plan{}).
 		Owns(&backupsv1.BackupJob{}).
 		Watches(&backupsv1.Backup{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {

@@ -15,10 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/core-controller/internal/claim"
+	"github.com/coffer-backup/coffer/driverkit/fairqueue"
 )
 
 // +kubebuilder:rbac:groups=backups.cozystack.io,resources=restorejobs,verbs=get;list;watch
@@ -67,6 +69,7 @@ func (r *Reconciler) unclaimed(ctx context.Context, timeout time.Duration, rj *b
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("core-restorejob").
+		WithOptions(controller.Options{NewQueue: fairqueue.NewQueue}).
 		For(&backupsv1.RestoreJob{}).
 		Complete(r)
 }

@@ -23,6 +23,7 @@ import (
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	"github.com/coffer-backup/coffer/driverkit/fairqueue"
 	"github.com/coffer-backup/coffer/verifier/internal/backend"
 )
 
@@ -168,7 +169,7 @@ func (r *VerdictReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// A run leaves the cache when it is settled or deleted: nothing to record then.
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 		})).
-		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
+		WithOptions(controller.Options{NewQueue: fairqueue.NewQueue, RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
 		Complete(r)
 }
 
