@@ -226,6 +226,15 @@ func (e *env) velero(t *testing.T) {
 	ns := e.namespace(t, "shop")
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "shop"}
 	dir, want, size := e.application(t, ns, "shop", "data")
+	// A file only its owner reads, as a database keeps its data: the owner is the user the
+	// application's pod runs as, so the verifier's reader, which runs as that user, reads it.
+	private := filepath.Join(dir, "db", "private.dat")
+	require.NoError(t, os.MkdirAll(filepath.Dir(private), 0o700))
+	require.NoError(t, os.WriteFile(private, []byte("card numbers\n"), 0o600))
+	for _, p := range []string{filepath.Dir(private), private} {
+		require.NoError(t, os.Chown(p, shopUser, shopUser))
+	}
+	want, size = tree(t, dir), size+int64(len("card numbers\n"))
 
 	// A backup: the Backup records the volume's data.
 	backup := e.backup(t, ns, "shop-1", "velero-volumes", app)
@@ -640,11 +649,15 @@ func (e *env) jobDriver(t *testing.T) {
 	assert.Equal(t, want, tree(t, volumeDir(t, ctx, cl, ns, "cart-data")), "every file is back byte for byte")
 }
 
-// shop creates a claim of the default StorageClass and a pod that mounts it, and waits until the
-// pod runs (the claim is then bound: WaitForFirstConsumer).
+// shopUser is the user the application's pods run as.
+const shopUser = 1000
+
+// shop creates a claim of the default StorageClass and a pod that mounts it, running as shopUser,
+// and waits until the pod runs (the claim is then bound: WaitForFirstConsumer).
 func shop(t testing.TB, ctx context.Context, cl client.Client, ns, name, claimName string) {
 	claim(t, ctx, cl, ns, claimName)
 	require.NoError(t, cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](shopUser)},
 		Containers: []corev1.Container{{Name: "shop", Image: images.PauseName, ImagePullPolicy: corev1.PullNever,
 			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
 		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}}},
