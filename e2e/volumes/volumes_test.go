@@ -235,6 +235,12 @@ func (e *env) velero(t *testing.T) {
 		require.NoError(t, os.Chown(p, shopUser, shopUser))
 	}
 	want, size = tree(t, dir), size+int64(len("card numbers\n"))
+	// A pod of the application that runs as root (no volume): in a volume sandbox, restricted, its
+	// reader runs as 65532.
+	require.NoError(t, cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "shop-admin", Namespace: ns}, Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)},
+		Containers:      []corev1.Container{{Name: "admin", Image: images.PauseName, ImagePullPolicy: corev1.PullNever}}}}))
+	running(t, ctx, cl, ns, "shop-admin")
 
 	// A backup: the Backup records the volume's data.
 	backup := e.backup(t, ns, "shop-1", "velero-volumes", app)
@@ -266,8 +272,13 @@ func (e *env) velero(t *testing.T) {
 	e.verifyVolumeData(t, ns, backup, v, files, size)
 	e.fullRestore(t, ns, backup.Spec.DriverMetadata[veleroapi.MetaBackupName], files)
 
-	// The volume is lost: the pod and the claim are deleted, the provisioner removes the data.
+	// The volume is lost: the pods and the claim are deleted, the provisioner removes the data.
+	admin := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "shop-admin", Namespace: ns}}
+	require.NoError(t, cl.Delete(ctx, admin, client.GracePeriodSeconds(0)))
 	e.lose(t, ns, "shop", "data", dir)
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(cl.Get(ctx, client.ObjectKeyFromObject(admin), admin)), nil
+	}), "pod shop-admin is gone")
 
 	// Without the resource modifier that unbinds restored claims, the restore of a Backup with
 	// volume data fails at once, saying what to create; nothing is restored.
@@ -283,6 +294,7 @@ func (e *env) velero(t *testing.T) {
 	rj := e.restore(t, ns, "shop-1", backup)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	running(t, ctx, cl, ns, "shop")
+	running(t, ctx, cl, ns, "shop-admin")
 	got := tree(t, volumeDir(t, ctx, cl, ns, "data"))
 	for p := range got {
 		if p == ".velero" || strings.HasPrefix(p, ".velero/") {
@@ -412,6 +424,8 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 	var restored *securityv1.Finding
 	for i, f := range res.Spec.Findings {
 		assert.NotEqual(t, securityv1.SeverityCritical, f.Severity, "%+v", f)
+		// Every pod was restored (the root one's reader as 65532) and every file read.
+		assert.NotContains(t, []string{securityv1.CodeRestorePartiallyFailed, securityv1.CodeVolumeDataNotRead}, f.Code, "%+v", f)
 		if f.Code == securityv1.CodeVolumeDataMatch && strings.Contains(f.Message, "restored into the volume sandboxes") {
 			restored = &res.Spec.Findings[i]
 		}
