@@ -3,6 +3,8 @@ package driverkit_test
 import (
 	"context"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,10 +27,20 @@ func TestAFloodOfRestoreJobsDoesNotStarveAnotherTenant(t *testing.T) {
 	if b.ns < a.ns {
 		a, b = b, a
 	}
-	restored := func(context.Context, *driverkit.RestoreRun[S]) (driverkit.RestoreOutcome, error) {
+	// The runs the driver is handed, in order, first calls only: read when the kit calls, as the
+	// kit goes on writing the RestoreJob it handed over once the call returns.
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	a.driver.restore = func(_ context.Context, run *driverkit.RestoreRun[S]) (driverkit.RestoreOutcome, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if key := run.RestoreJob.Namespace + "/" + run.RestoreJob.Name; !slices.Contains(order, key) {
+			order = append(order, key)
+		}
 		return driverkit.RestoreOutcome{Done: true}, nil
 	}
-	a.driver.restore = restored
 	ab := a.readyBackup()
 	for range flood {
 		a.restoreJob(ab.Name)
@@ -43,16 +55,13 @@ func TestAFloodOfRestoreJobsDoesNotStarveAnotherTenant(t *testing.T) {
 	}), "the other tenant's restore did not end (phase %q)", quiet.Status.Phase)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, quiet.Status.Phase)
 
-	// The runs the driver was handed, in order, first calls only.
-	a.driver.mu.Lock()
-	var order []string
-	for _, run := range a.driver.restores {
-		if key := run.RestoreJob.Namespace + "/" + run.RestoreJob.Name; (run.RestoreJob.Namespace == a.ns || run.RestoreJob.Namespace == b.ns) && !slices.Contains(order, key) {
-			order = append(order, key)
-		}
-	}
-	a.driver.mu.Unlock()
+	mu.Lock()
+	// Of the two tenants' runs (the API server holds other tests' too).
+	order = slices.DeleteFunc(order, func(key string) bool {
+		return !strings.HasPrefix(key, a.ns+"/") && !strings.HasPrefix(key, b.ns+"/")
+	})
 	at := slices.Index(order, b.ns+"/"+quiet.Name)
+	mu.Unlock()
 	require.GreaterOrEqual(t, at, 0)
 	t.Logf("the other tenant's restore was handed to the driver after %d of the flood's %d runs", at, flood)
 	// Before it, at most what the workers held and one turn each: not the flood.
