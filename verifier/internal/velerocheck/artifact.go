@@ -140,13 +140,22 @@ func (a *ArtifactReader) CompareRestore(ctx context.Context, run *securityv1.Bac
 }
 
 // StartRestore starts the restore of the volume data of Backup b's namespace (CompareRestore's
-// volume phase) beside the driver's restore of its objects.
+// volume phase) beside the driver's restore of its objects (startVolumes).
 func (a *ArtifactReader) StartRestore(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup) {
 	vrun, err := veleroRun(run, b)
 	if err != nil {
 		return
 	}
-	a.Checker.startRestore(ctx, vrun, b.Namespace)
+	c, out := a.Checker, backend.Outcome{}
+	vb, bsl, err := c.locate(ctx, vrun, &out)
+	if err != nil || vb == nil {
+		return
+	}
+	objects, _, err := c.backupObjects(ctx, vrun, vb, bsl, &out)
+	if err != nil || objects == nil {
+		return
+	}
+	c.startVolumes(ctx, vrun, vb, bsl, objects, []string{b.Namespace})
 }
 
 // Cleanup ends what the volume phase of a coffer run's full-restore made in Velero's namespace

@@ -679,21 +679,6 @@ func (c *Checker) CompareRestore(ctx context.Context, run *securityv1.BackupVeri
 	return out, snapshotsOf(byNS), err
 }
 
-// startRestore starts the volume phase of run (the restore of the volume data of namespace
-// source) ahead of CompareRestore (startVolumes).
-func (c *Checker) startRestore(ctx context.Context, run *securityv1.BackupVerifyRun, source string) {
-	var out backend.Outcome
-	vb, bsl, err := c.locate(ctx, run, &out)
-	if err != nil || vb == nil {
-		return
-	}
-	objects, _, err := c.backupObjects(ctx, run, vb, bsl, &out)
-	if err != nil || objects == nil {
-		return
-	}
-	c.startVolumes(ctx, run, vb, bsl, objects, []string{source})
-}
-
 func restoreTerminal(p velerov1.RestorePhase) bool {
 	switch p {
 	case velerov1.RestorePhaseCompleted, velerov1.RestorePhasePartiallyFailed, velerov1.RestorePhaseFailed, velerov1.RestorePhaseFailedValidation:
