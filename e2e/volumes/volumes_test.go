@@ -227,7 +227,8 @@ func (e *env) velero(t *testing.T) {
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "shop"}
 	dir, want, size := e.application(t, ns, "shop", "data")
 	// A file only its owner reads, as a database keeps its data: the owner is the user the
-	// application's pod runs as, so the verifier's reader, which runs as that user, reads it.
+	// application's container runs as (not its pod's), so the verifier's reader, which runs as
+	// that user, reads it.
 	private := filepath.Join(dir, "db", "private.dat")
 	require.NoError(t, os.MkdirAll(filepath.Dir(private), 0o700))
 	require.NoError(t, os.WriteFile(private, []byte("card numbers\n"), 0o600))
@@ -241,6 +242,11 @@ func (e *env) velero(t *testing.T) {
 		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)},
 		Containers:      []corev1.Container{{Name: "admin", Image: images.PauseName, ImagePullPolicy: corev1.PullNever}}}}))
 	running(t, ctx, cl, ns, "shop-admin")
+	// One whose container, not its pod, runs as root: its reader runs as 65532 too.
+	require.NoError(t, cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "shop-ops", Namespace: ns}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "ops", Image: images.PauseName, ImagePullPolicy: corev1.PullNever,
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}}}}}))
+	running(t, ctx, cl, ns, "shop-ops")
 
 	// A backup: the Backup records the volume's data.
 	backup := e.backup(t, ns, "shop-1", "velero-volumes", app)
@@ -273,12 +279,16 @@ func (e *env) velero(t *testing.T) {
 	e.fullRestore(t, ns, backup.Spec.DriverMetadata[veleroapi.MetaBackupName], files)
 
 	// The volume is lost: the pods and the claim are deleted, the provisioner removes the data.
-	admin := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "shop-admin", Namespace: ns}}
-	require.NoError(t, cl.Delete(ctx, admin, client.GracePeriodSeconds(0)))
+	others := []string{"shop-admin", "shop-ops"}
+	for _, name := range others {
+		require.NoError(t, cl.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}, client.GracePeriodSeconds(0)))
+	}
 	e.lose(t, ns, "shop", "data", dir)
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(cl.Get(ctx, client.ObjectKeyFromObject(admin), admin)), nil
-	}), "pod shop-admin is gone")
+	for _, name := range others {
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.Pod{})), nil
+		}), "pod %s is gone", name)
+	}
 
 	// Without the resource modifier that unbinds restored claims, the restore of a Backup with
 	// volume data fails at once, saying what to create; nothing is restored.
@@ -294,7 +304,9 @@ func (e *env) velero(t *testing.T) {
 	rj := e.restore(t, ns, "shop-1", backup)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	running(t, ctx, cl, ns, "shop")
-	running(t, ctx, cl, ns, "shop-admin")
+	for _, name := range others {
+		running(t, ctx, cl, ns, name)
+	}
 	got := tree(t, volumeDir(t, ctx, cl, ns, "data"))
 	for p := range got {
 		if p == ".velero" || strings.HasPrefix(p, ".velero/") {
@@ -663,17 +675,22 @@ func (e *env) jobDriver(t *testing.T) {
 	assert.Equal(t, want, tree(t, volumeDir(t, ctx, cl, ns, "cart-data")), "every file is back byte for byte")
 }
 
-// shopUser is the user the application's pods run as.
-const shopUser = 1000
+// shopUser is the user the application's container runs as; its pod says podUser, which the
+// container's own overrides (as a chart that sets both has it).
+const (
+	shopUser = 1001
+	podUser  = 1000
+)
 
-// shop creates a claim of the default StorageClass and a pod that mounts it, running as shopUser,
-// and waits until the pod runs (the claim is then bound: WaitForFirstConsumer).
+// shop creates a claim of the default StorageClass and a pod that mounts it, its container
+// running as shopUser, and waits until the pod runs (the claim is then bound: WaitForFirstConsumer).
 func shop(t testing.TB, ctx context.Context, cl client.Client, ns, name, claimName string) {
 	claim(t, ctx, cl, ns, claimName)
 	require.NoError(t, cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
-		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](shopUser)},
+		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](podUser)},
 		Containers: []corev1.Container{{Name: "shop", Image: images.PauseName, ImagePullPolicy: corev1.PullNever,
-			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](shopUser)},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
 		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}}},
 	}}))
 	running(t, ctx, cl, ns, name)
