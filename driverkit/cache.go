@@ -51,8 +51,10 @@ func CacheBackupsOf(opts cache.Options, k StrategyKind) cache.Options {
 // catalog matches by (imported, catalog, managed-by; none on another), the annotations its cache transform keeps
 // (CacheAnnotations and the driver's), spec.strategyRef, the driverMetadata keys the driver names
 // in keep (one shared map for the Backups whose kept entries are alike: cachetrim.InternMap),
-// status.phase, the artifact's URI and size (all of it on an imported Backup, whose
-// measured artifact a catalog sync reuses), and the ArtifactAvailable condition whole. Repeated
+// status.phase, the artifact's URI and size (and its checksum on an imported Backup where the
+// driver asks for it: TrimOptions.ImportedChecksum), and the ArtifactAvailable condition whole but
+// for the message the catalog gives it on import (ReasonImported: it says what the Backup's kept
+// annotations say, on every imported Backup, about 100 bytes each). Repeated
 // strings are shared (cachetrim.Intern). It drops the application and Plan, the other labels and
 // driverMetadata, the checksum, every other condition, the verification verdicts and the
 // underlying resources.
@@ -61,12 +63,30 @@ func CacheBackupsOf(opts cache.Options, k StrategyKind) cache.Options {
 // a Backup's status or releases it, it reads the Backup uncached (Kit.APIReader) and computes the
 // patch from that copy, with an optimistic lock. A driver does the same, or patches only the
 // fields it owns (a merge patch of one annotation).
-func TrimBackup(obj any, keep ...string) { trimBackup(obj, keep, nil) }
+func TrimBackup(obj any, keep ...string) { TrimOptions{Shared: keep}.trim(obj) }
 
-// trimBackup is TrimBackup keeping the driverMetadata keys shared and own; the values of own's
-// name each Backup's own object and are not interned (interning a string no other object holds
-// costs the intern table's entry and saves nothing).
-func trimBackup(obj any, shared, own []string) {
+// TrimOptions say what TrimBackup keeps of a Backup beyond what it always keeps.
+type TrimOptions struct {
+	// Shared are driverMetadata keys whose values many Backups share (a namespace, a location):
+	// kept, interned.
+	Shared []string
+	// Own are driverMetadata keys whose values are each Backup's own (the name of its backend
+	// object): kept as decoded, not interned (interning a string no other object holds costs the
+	// intern table's entry and saves nothing).
+	Own []string
+	// ImportedChecksum keeps the artifact's checksum on an imported Backup, for a driver whose
+	// catalog sync reuses what an earlier one measured (driver-velero measures each Velero
+	// tarball once). Without it, an imported Backup keeps its artifact's URI and size as every
+	// other does (about 80 bytes less each).
+	ImportedChecksum bool
+}
+
+// Trimmer returns TrimBackup with these options, for a driver's cache transform
+// (cachetrim.Transform(annotations, o.Trimmer())).
+func (o TrimOptions) Trimmer() func(obj any) { return o.trim }
+
+func (o TrimOptions) trim(obj any) {
+	shared, own := o.Shared, o.Own
 	b, ok := obj.(*backupsv1.Backup)
 	if !ok {
 		return
@@ -112,13 +132,19 @@ func trimBackup(obj any, shared, own []string) {
 	kept.Status.Phase = backupsv1.BackupPhase(cachetrim.Intern(string(b.Status.Phase)))
 	if a := b.Status.Artifact; a != nil {
 		kept.Status.Artifact = &backupsv1.BackupArtifact{URI: a.URI, SizeBytes: a.SizeBytes}
-		if b.Imported() {
-			kept.Status.Artifact = a
+		if b.Imported() && o.ImportedChecksum {
+			kept.Status.Artifact.Checksum = a.Checksum
 		}
 	}
 	if c := meta.FindStatusCondition(b.Status.Conditions, backupsv1.ConditionArtifactAvailable); c != nil {
+		msg := c.Message
+		if c.Reason == ReasonImported {
+			// No check answers with the catalog's reason (shown never finds it alike), and the
+			// kit writes a status from an uncached read: nothing reads this message cached.
+			msg = ""
+		}
 		kept.Status.Conditions = []metav1.Condition{{Type: cachetrim.Intern(c.Type), Status: metav1.ConditionStatus(cachetrim.Intern(string(c.Status))),
-			ObservedGeneration: c.ObservedGeneration, LastTransitionTime: c.LastTransitionTime, Reason: cachetrim.Intern(c.Reason), Message: c.Message}}
+			ObservedGeneration: c.ObservedGeneration, LastTransitionTime: c.LastTransitionTime, Reason: cachetrim.Intern(c.Reason), Message: msg}}
 	}
 	*b = kept
 }
@@ -126,12 +152,5 @@ func trimBackup(obj any, shared, own []string) {
 // BackupTrimmer returns TrimBackup keeping the driverMetadata keys keep, for a driver's cache
 // transform (cachetrim.Transform(annotations, driverkit.BackupTrimmer(...))).
 func BackupTrimmer(keep ...string) func(obj any) {
-	return func(obj any) { TrimBackup(obj, keep...) }
-}
-
-// BackupTrimmerOwn is BackupTrimmer keeping the driverMetadata keys shared, whose values many
-// Backups share (a namespace, a location), and own, whose values are each Backup's own (the name
-// of its backend object): those are kept as they are, not interned.
-func BackupTrimmerOwn(shared, own []string) func(obj any) {
-	return func(obj any) { trimBackup(obj, shared, own) }
+	return TrimOptions{Shared: keep}.Trimmer()
 }

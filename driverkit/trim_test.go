@@ -275,11 +275,35 @@ func TestAStatusWriteAfterTrimmingKeepsWhatTheCacheDropped(t *testing.T) {
 // over N (default 1,000; docs/benchmarks.md, "Scale", measured at 10,000). The trimmed Backup
 // must cost under three quarters of the whole one (a third at 10,000; the heap measure is noisy).
 func TestCachedBackupBytes(t *testing.T) {
+	f := newFixture(t)
+	whole, trimmed := f.cachedBytes(t, f.benchBackup)
+	t.Logf("%d Backups of the driver's kind in its informer: %.0f bytes each whole, %.0f trimmed", cachedCount(), whole, trimmed)
+	assert.Less(t, trimmed, whole*3/4, "a trimmed Backup costs well under a whole one")
+}
+
+// TestCachedImportedBackupBytes is TestCachedBackupBytes for Backups a catalog imported, as
+// BenchmarkCatalogSync (driver-job) leaves them: the catalog's labels and annotations, the
+// record's artifact, the catalog's ArtifactAvailable.
+func TestCachedImportedBackupBytes(t *testing.T) {
+	f := newFixture(t)
+	whole, trimmed := f.cachedBytes(t, f.importedBackup)
+	t.Logf("%d imported Backups in the informer: %.0f bytes each whole, %.0f trimmed", cachedCount(), whole, trimmed)
+	assert.Less(t, trimmed, whole*3/4, "a trimmed imported Backup costs well under a whole one")
+}
+
+func cachedCount() int {
 	n, _ := strconv.Atoi(os.Getenv("COFFER_MEASURE_CACHED_BACKUPS"))
 	if n <= 0 {
 		n = 1000
 	}
-	f := newFixture(t)
+	return n
+}
+
+// cachedBytes creates cachedCount() Backups made by build in the fixture's namespace and returns
+// what a driver's informer holds of each, whole and trimmed (its live heap after a collection, over
+// their count).
+func (f *fixture) cachedBytes(t *testing.T, build func(int) *backupsv1.Backup) (whole, trimmed float64) {
+	n := cachedCount()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
@@ -288,7 +312,7 @@ func TestCachedBackupBytes(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				b := f.benchBackup(i)
+				b := build(i)
 				status := b.Status
 				if err := cl.Create(f.ctx, b); err != nil {
 					errs <- err
@@ -328,10 +352,27 @@ func TestCachedBackupBytes(t *testing.T) {
 		runtime.KeepAlive(c)
 		return float64(after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc)) / float64(n)
 	}
-	whole := measure(cachetrim.Transform(driverkit.CacheAnnotations))
-	trimmed := measure(cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer("param.bucket")))
-	t.Logf("%d Backups of the driver's kind in its informer: %.0f bytes each whole, %.0f trimmed", n, whole, trimmed)
-	assert.Less(t, trimmed, whole*3/4, "a trimmed Backup costs well under a whole one")
+	return measure(cachetrim.Transform(driverkit.CacheAnnotations)),
+		measure(cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer("param.bucket")))
+}
+
+// importedBackup is Backup i as a catalog sync imports it from a record of another cluster
+// (driverkit's Catalog.imported and its status write).
+func (f *fixture) importedBackup(i int) *backupsv1.Backup {
+	b := f.benchBackup(i)
+	record := fmt.Sprintf("catalog/records/%s/%s.json", f.ns, b.Name)
+	b.Labels = map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: "dr", backupsv1.LabelManagedBy: driverName,
+		backupsv1.LabelPlan: b.Labels[backupsv1.LabelPlan]}
+	b.Annotations = map[string]string{
+		backupsv1.AnnotationSourceCluster:     "3f1c0b9e-5d1e-4c1a-9c59-2a7c9e3d1b20",
+		backupsv1.AnnotationSourceClusterName: "production",
+		backupsv1.AnnotationSourceUID:         fmt.Sprintf("%08x-0000-4000-8000-%012x", i*7907, i),
+		backupsv1.AnnotationRecord:            record,
+	}
+	b.Finalizers = nil
+	b.Status.Conditions = []metav1.Condition{{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue, Reason: driverkit.ReasonImported,
+		Message: "Imported from the record " + record + ", written by cluster production", LastTransitionTime: b.Spec.TakenAt}}
+	return b
 }
 
 // benchBackup is Backup i of the fixture's driver as e2e/bench's scaleBackup makes one: a good
@@ -367,31 +408,48 @@ func (f *fixture) benchBackup(i int) *backupsv1.Backup {
 }
 
 // An imported Backup keeps what the catalog reads of it: the labels it matches by, its origin's
-// annotations, its finalizers, and the whole artifact (a catalog sync reuses what it measured).
+// annotations, its finalizers, its artifact's URI and size (and its checksum where the driver's
+// catalog reuses what it measured: TrimOptions.ImportedChecksum), and its ArtifactAvailable
+// without the message the catalog wrote on import (the kept annotations say the same).
 func TestATrimmedImportedBackupKeepsWhatTheCatalogReads(t *testing.T) {
+	imported := metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionTrue, Reason: driverkit.ReasonImported,
+		Message: "Imported from the record s3://x/r.json, written by cluster elsewhere", ObservedGeneration: 1, LastTransitionTime: metav1.Unix(1e9, 0)}
 	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", UID: "u", Finalizers: []string{finalizer},
 		Labels:      map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: "dr", backupsv1.LabelManagedBy: driverName, backupsv1.LabelPlan: "nightly"},
 		Annotations: map[string]string{backupsv1.AnnotationSourceCluster: "elsewhere", backupsv1.AnnotationSourceUID: "0000", backupsv1.AnnotationRecord: "s3://x/r.json", backupsv1.AnnotationAdopted: "true"}},
-		Status: backupsv1.BackupStatus{Phase: backupsv1.BackupReady, Artifact: artifact.DeepCopy()}}
+		Status: backupsv1.BackupStatus{Phase: backupsv1.BackupReady, Artifact: artifact.DeepCopy(), Conditions: []metav1.Condition{imported}}}
 	trimmed := b.DeepCopy()
 	driverkit.TrimBackup(trimmed)
 	assert.Equal(t, map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: "dr", backupsv1.LabelManagedBy: driverName}, trimmed.Labels)
 	assert.Equal(t, b.Annotations, trimmed.Annotations)
 	assert.Equal(t, b.Finalizers, trimmed.Finalizers)
-	assert.Equal(t, b.Status.Artifact, trimmed.Status.Artifact)
+	assert.Equal(t, &backupsv1.BackupArtifact{URI: artifact.URI, SizeBytes: artifact.SizeBytes}, trimmed.Status.Artifact)
+	want := imported
+	want.Message = ""
+	assert.Equal(t, []metav1.Condition{want}, trimmed.Status.Conditions, "the catalog's message is not kept; the rest of the condition is")
 	assert.Equal(t, b.UID, trimmed.UID)
 	assert.True(t, trimmed.Imported())
 	assert.True(t, trimmed.Adopted())
+
+	whole := b.DeepCopy()
+	driverkit.TrimOptions{ImportedChecksum: true}.Trimmer()(whole)
+	assert.Equal(t, b.Status.Artifact, whole.Status.Artifact, "the checksum is kept where the driver asks")
+
+	// Any other ArtifactAvailable (a check's answer) keeps its message, on an imported Backup too.
+	checked := b.DeepCopy()
+	checked.Status.Conditions[0].Reason, checked.Status.Conditions[0].Message = backupsv1.ReasonArtifactPresent, "found at the last check"
+	driverkit.TrimBackup(checked)
+	assert.Equal(t, "found at the last check", checked.Status.Conditions[0].Message)
 }
 
-// TestTrimmerKeepsOwnValuesAsTheyAre: BackupTrimmerOwn keeps the shared and own driverMetadata
+// TestTrimmerKeepsOwnValuesAsTheyAre: TrimOptions.Own keeps the shared and own driverMetadata
 // keys and drops the others; a shared value becomes the interned copy, an own value (each
 // Backup's own name) stays the string decoded with the object, never entered in the intern table.
 func TestTrimmerKeepsOwnValuesAsTheyAre(t *testing.T) {
 	name := strings.Clone("velero-backup-of-this-backup-only")
 	b := &backupsv1.Backup{Spec: backupsv1.BackupSpec{DriverMetadata: map[string]string{
 		"namespace": strings.Clone("velero"), "backupName": name, "other": "dropped"}}}
-	driverkit.BackupTrimmerOwn([]string{"namespace"}, []string{"backupName"})(b)
+	driverkit.TrimOptions{Shared: []string{"namespace"}, Own: []string{"backupName"}}.Trimmer()(b)
 	assert.Equal(t, map[string]string{"namespace": "velero", "backupName": name}, b.Spec.DriverMetadata)
 	assert.Same(t, unsafe.StringData(cachetrim.Intern("velero")), unsafe.StringData(b.Spec.DriverMetadata["namespace"]), "a shared value is interned")
 	assert.Same(t, unsafe.StringData(name), unsafe.StringData(b.Spec.DriverMetadata["backupName"]), "an own value is kept as decoded")

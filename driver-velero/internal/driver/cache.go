@@ -40,8 +40,9 @@ func CacheOptions() cache.Options {
 var (
 	// locationMetadata is alike on every Backup of a backup storage location.
 	locationMetadata = []string{names.MetaNamespace, names.MetaStorageLocation}
-	trimShared       = driverkit.BackupTrimmerOwn(slices.Concat(locationMetadata, []string{names.MetaBackupName}), nil)
-	trimOwn          = driverkit.BackupTrimmerOwn(locationMetadata, []string{names.MetaBackupName})
+	// The catalog reuses the checksum it measured of an imported Backup's tarball (catalog.go).
+	trimShared = driverkit.TrimOptions{Shared: slices.Concat(locationMetadata, []string{names.MetaBackupName}), ImportedChecksum: true}.Trimmer()
+	trimOwn    = driverkit.TrimOptions{Shared: locationMetadata, Own: []string{names.MetaBackupName}, ImportedChecksum: true}.Trimmer()
 )
 
 // nameFromArtifact stands in a cached Backup's driverMetadata for the name of its Velero backup
