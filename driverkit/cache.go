@@ -1,13 +1,17 @@
 package driverkit
 
 import (
+	"slices"
+	"sync"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"slices"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
 	"github.com/coffer-backup/coffer/apis/cachetrim"
@@ -49,7 +53,8 @@ func CacheBackupsOf(opts cache.Options, k StrategyKind) cache.Options {
 // Backup of its kind holds little of each (docs/benchmarks.md, "Scale"): its name, namespace, UID,
 // version, generation, creation and deletion, finalizers, on an imported Backup the labels the
 // catalog matches by (imported, catalog, managed-by; none on another), the annotations its cache transform keeps
-// (CacheAnnotations and the driver's), spec.strategyRef, the driverMetadata keys the driver names
+// (CacheAnnotations and the driver's; on an imported Backup, its origin goes to a table by UID,
+// read with ImportOrigin, and the rest is one map shared with alike Backups), spec.strategyRef, the driverMetadata keys the driver names
 // in keep (one shared map for the Backups whose kept entries are alike: cachetrim.InternMap),
 // status.phase, the artifact's URI and size (and its checksum on an imported Backup where the
 // driver asks for it: TrimOptions.ImportedChecksum), and the ArtifactAvailable condition whole but
@@ -99,12 +104,23 @@ func (o TrimOptions) trim(obj any) {
 		kept.Finalizers = append(kept.Finalizers, cachetrim.Intern(f))
 	}
 	if b.Imported() {
-		// The cluster an imported Backup comes from is alike on every Backup of a catalog.
-		for _, a := range []string{backupsv1.AnnotationSourceCluster, backupsv1.AnnotationSourceClusterName} {
-			if v, ok := kept.Annotations[a]; ok {
-				kept.Annotations[a] = cachetrim.Intern(v)
+		// Its origin (the record and the source Backup's UID), each Backup's own, goes to the
+		// table of origins; the other annotations (the cluster it comes from, whether adopted) are
+		// alike on many Backups of a catalog: one shared map.
+		ann := map[string]string{}
+		var o importOrigin
+		for k, v := range kept.Annotations {
+			switch k {
+			case backupsv1.AnnotationRecord:
+				o.record = v
+			case backupsv1.AnnotationSourceUID:
+				o.sourceUID = v
+			default:
+				ann[k] = cachetrim.Intern(v)
 			}
 		}
+		rememberOrigin(b.UID, o)
+		kept.Annotations = cachetrim.InternMap(ann)
 		// Alike on every Backup of a catalog: one map shared among them.
 		labels := map[string]string{}
 		for _, l := range []string{backupsv1.LabelImported, backupsv1.LabelCatalog, backupsv1.LabelManagedBy} {
@@ -147,6 +163,58 @@ func (o TrimOptions) trim(obj any) {
 			ObservedGeneration: c.ObservedGeneration, LastTransitionTime: c.LastTransitionTime, Reason: cachetrim.Intern(c.Reason), Message: msg}}
 	}
 	*b = kept
+}
+
+// importOrigin is what the catalog reads of an imported Backup beyond what the cache keeps: the
+// location of the record it was made from (AnnotationRecord) and the UID of the Backup it is a
+// copy of (AnnotationSourceUID).
+type importOrigin struct{ record, sourceUID string }
+
+// origins holds, by UID, the origin of each imported Backup a driver's cache trimmed (TrimBackup):
+// in a table of one entry per Backup, where the two annotations kept on the cached object took a
+// map of their own per Backup (about 310 bytes more each, measured). The cache's transform fills
+// it, so a restarted driver has it again once its cache has synced, at no request, and the kit
+// forgets a Backup's entry when the cache drops the Backup (ForgetDeleted, on the informer of a
+// kit's manager): it holds what the cache holds, whatever a tenant creates and deletes. A Backup
+// the table does not know (never seen by a trimming cache) is read uncached: the table saves
+// reads and memory, it never decides alone.
+var origins = struct {
+	sync.RWMutex
+	m map[types.UID]importOrigin
+}{m: map[types.UID]importOrigin{}}
+
+func rememberOrigin(uid types.UID, o importOrigin) {
+	origins.Lock()
+	origins.m[uid] = o
+	origins.Unlock()
+}
+
+// ImportOrigin is the record an imported Backup was made from and the UID of its source Backup:
+// from its annotations when it has them (a Backup read uncached), else from what the cache's trim
+// kept of them. ok is false when neither knows: read the Backup uncached.
+func ImportOrigin(b *backupsv1.Backup) (record, sourceUID string, ok bool) {
+	r, hasRecord := b.Annotations[backupsv1.AnnotationRecord]
+	u, hasUID := b.Annotations[backupsv1.AnnotationSourceUID]
+	if hasRecord || hasUID {
+		return r, u, true
+	}
+	origins.RLock()
+	o, ok := origins.m[b.UID]
+	origins.RUnlock()
+	return o.record, o.sourceUID, ok
+}
+
+// ForgetDeleted forgets the origin of a Backup the cache dropped (obj, or the tombstone of one): an
+// informer's delete handler.
+func ForgetDeleted(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if m, err := meta.Accessor(obj); err == nil {
+		origins.Lock()
+		delete(origins.m, m.GetUID())
+		origins.Unlock()
+	}
 }
 
 // BackupTrimmer returns TrimBackup keeping the driverMetadata keys keep, for a driver's cache

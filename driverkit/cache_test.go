@@ -2,6 +2,8 @@ package driverkit_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,11 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
+	"github.com/coffer-backup/coffer/apis/cachetrim"
 	"github.com/coffer-backup/coffer/driverkit"
 )
 
@@ -89,4 +93,127 @@ func TestDriverCachesOnlyBackupsOfItsKind(t *testing.T) {
 	assert.Zero(t, res.Created)
 	require.NoError(t, cl.Get(f.ctx, client.ObjectKeyFromObject(other), other))
 	assert.Equal(t, "other.example.com", *other.Spec.StrategyRef.APIGroup, "the other driver's Backup is untouched")
+}
+
+// countingReader counts the Backups read through it.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int64
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.gets.Add(1)
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A driver's cache keeps an imported Backup's origin (its record and source UID) out of the cached
+// object, in a table its trim fills: a catalog sync decides from it without a read. A Backup the
+// table does not know (as after a restart, before the cache's trim has seen it again) is read from
+// the API server once, and the sync decides alike: nothing skipped, made or removed.
+func TestCatalogKnowsItsImportsFromTheCacheOrTheAPIServer(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	opts := driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer())}, f.kit.Strategy)
+	c, err := cache.New(restConfig, opts)
+	require.NoError(t, err)
+	go func() { _ = c.Start(ctx) }()
+	require.True(t, c.WaitForCacheSync(ctx))
+	cached, err := client.New(restConfig, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: c}})
+	require.NoError(t, err)
+	live := &countingReader{Reader: cl}
+	cat := driverkit.Catalog{Client: cached, Cache: c, Live: live, Driver: driverName, Name: "dr-origins", StrategyRef: f.strategyRef()}
+	spec := backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, StrategyRef: f.strategyRef(),
+		TakenAt: metav1.NewTime(f.clock.Now())}
+	names := []string{"imported-1", "imported-2", "imported-3"}
+	sync := func() driverkit.CatalogResult {
+		t.Helper()
+		live.gets.Store(0)
+		res, err := cat.Sync(ctx, backupsv1.SourceCluster{ID: "here", Name: "here"}, len(names), func(yield func(driverkit.CatalogEntry) bool) {
+			for i, name := range names {
+				rec := &backupsv1.ArtifactRecord{APIVersion: backupsv1.RecordAPIVersion, Kind: backupsv1.RecordKind, Format: backupsv1.RecordFormat,
+					SourceCluster: backupsv1.SourceCluster{ID: "elsewhere", Name: "elsewhere"}, Namespace: f.ns, Name: name,
+					UID: types.UID(fmt.Sprintf("source-%d", i)), Spec: spec, Artifact: artifact}
+				if !yield(driverkit.EntryOf(rec, "s3://x/"+name+".json")) {
+					return
+				}
+			}
+		})
+		require.NoError(t, err)
+		assert.Empty(t, res.Skipped)
+		return res
+	}
+	res := sync()
+	require.Equal(t, 3, res.Created)
+	require.Eventually(t, func() bool {
+		list := &backupsv1.BackupList{}
+		if cached.List(ctx, list, client.InNamespace(f.ns), client.MatchingLabels{backupsv1.LabelCatalog: "dr-origins"}) != nil || len(list.Items) != 3 {
+			return false
+		}
+		for _, b := range list.Items {
+			if b.Status.Phase != backupsv1.BackupReady {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond)
+	list := &backupsv1.BackupList{}
+	require.NoError(t, cached.List(ctx, list, client.InNamespace(f.ns), client.MatchingLabels{backupsv1.LabelCatalog: "dr-origins"}))
+	for _, b := range list.Items {
+		assert.NotContains(t, b.Annotations, backupsv1.AnnotationRecord, "the cached Backup holds no origin of its own")
+	}
+
+	res = sync()
+	assert.Equal(t, driverkit.CatalogResult{Records: 3, Imported: 3, Skipped: map[string]string{}}, res)
+	assert.Zero(t, live.gets.Load(), "every origin known from the cache's trim: nothing read")
+
+	driverkit.ForgetImportOrigins()
+	res = sync()
+	assert.Equal(t, driverkit.CatalogResult{Records: 3, Imported: 3, Skipped: map[string]string{}}, res, "an unknown origin is read, not taken for another")
+	assert.Equal(t, int64(3), live.gets.Load(), "each Backup whose origin was unknown is read once")
+	res = sync()
+	assert.Equal(t, driverkit.CatalogResult{Records: 3, Imported: 3, Skipped: map[string]string{}}, res)
+	assert.Zero(t, live.gets.Load(), "what was read is known from then on")
+	for _, name := range names {
+		b := &backupsv1.Backup{}
+		require.NoError(t, cl.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, b))
+		assert.Equal(t, "s3://x/"+name+".json", b.Annotations[backupsv1.AnnotationRecord], "the Backup itself keeps its origin")
+	}
+}
+
+// The table of origins holds what the kit's cache holds: an imported Backup's origin is known once
+// the cache has it, and forgotten once the cache drops it (a tenant creating and deleting Backups
+// labelled as imported grows nothing).
+func TestTheOriginOfAnImportedBackupGoesWithIt(t *testing.T) {
+	f := newFixture(t)
+	ctx := f.startKitCaching(driverkit.CacheBackupsOf(cache.Options{DefaultTransform: cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer())}, f.kit.Strategy))
+	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "imported", Namespace: f.ns,
+		Labels:      map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: "dr", backupsv1.LabelManagedBy: "someone"},
+		Annotations: map[string]string{backupsv1.AnnotationRecord: "s3://x/imported.json", backupsv1.AnnotationSourceUID: "source", backupsv1.AnnotationSourceCluster: "elsewhere"}},
+		Spec: backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, StrategyRef: f.strategyRef(),
+			TakenAt: metav1.NewTime(f.clock.Now())}}
+	f.create(b)
+	known := func() bool {
+		_, _, ok := driverkit.ImportOrigin(&backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{UID: b.UID}})
+		return ok
+	}
+	require.Eventually(t, known, 30*time.Second, 50*time.Millisecond, "the cache's trim keeps the origin")
+	record, sourceUID, _ := driverkit.ImportOrigin(&backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{UID: b.UID}})
+	assert.Equal(t, "s3://x/imported.json", record)
+	assert.Equal(t, "source", sourceUID)
+
+	require.NoError(t, cl.Delete(f.ctx, b))
+	require.Eventually(t, func() bool {
+		err := cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{})
+		if err == nil { // the kit's finalizer, if it put one: the Backup is not the driver's to clean
+			got := &backupsv1.Backup{}
+			if cl.Get(f.ctx, client.ObjectKeyFromObject(b), got) == nil && len(got.Finalizers) > 0 {
+				got.Finalizers = nil
+				_ = cl.Update(f.ctx, got)
+			}
+		}
+		return apierrors.IsNotFound(err)
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return !known() }, 30*time.Second, 50*time.Millisecond, "the origin goes when the cache drops the Backup")
+	require.NoError(t, ctx.Err())
 }

@@ -148,10 +148,42 @@ type keyState struct {
 	has, claimed, seen bool
 }
 
-func (c *Catalog) importsOf(b *backupsv1.Backup) *imports {
-	return &imports{record: b.Annotations[backupsv1.AnnotationRecord], sourceCluster: b.Annotations[backupsv1.AnnotationSourceCluster],
-		sourceUID: b.Annotations[backupsv1.AnnotationSourceUID], uid: b.UID, deleting: !b.DeletionTimestamp.IsZero(),
-		complete: b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil && !c.needsFinalizer(b)}
+// importsOf is what a sync keeps of b; ok is false when b is a cached Backup whose origin the
+// cache's table does not know (ImportOrigin): read it uncached (c.origin).
+func (c *Catalog) importsOf(b *backupsv1.Backup) (i *imports, ok bool) {
+	record, sourceUID, ok := ImportOrigin(b)
+	return &imports{record: record, sourceCluster: b.Annotations[backupsv1.AnnotationSourceCluster],
+		sourceUID: sourceUID, uid: b.UID, deleting: !b.DeletionTimestamp.IsZero(),
+		complete: b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil && !c.needsFinalizer(b)}, ok
+}
+
+// knownImport returns b, or b read uncached when the cache's table does not know its origin (nil
+// when it is gone meanwhile).
+func (c *Catalog) knownImport(ctx context.Context, b *backupsv1.Backup) (*backupsv1.Backup, error) {
+	if _, _, ok := ImportOrigin(b); ok {
+		return b, nil
+	}
+	r := c.Live
+	if r == nil {
+		r = c.Client
+	}
+	live := &backupsv1.Backup{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(b), live); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading imported Backup %s: %w", client.ObjectKeyFromObject(b), err)
+	}
+	if live.Imported() { // known from now on, as if the cache's trim had seen it
+		record, sourceUID, _ := ImportOrigin(live)
+		rememberOrigin(live.UID, importOrigin{record: record, sourceUID: sourceUID})
+	}
+	return live, nil
+}
+
+// mustImports is importsOf for a Backup read uncached or just written (its annotations whole).
+func (c *Catalog) mustImports(b *backupsv1.Backup) *imports {
+	i, _ := c.importsOf(b)
+	return i
 }
 
 func (c *Catalog) needsFinalizer(b *backupsv1.Backup) bool {
@@ -176,14 +208,29 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, total 
 	log := ctrl.LoggerFrom(ctx).WithValues("catalog", c.Name)
 	res := CatalogResult{Skipped: map[string]string{}}
 	keys := map[client.ObjectKey]keyState{}
+	var unknown []client.ObjectKey // whose origin the cache's table does not know
 	// The cache's own objects, read here and never kept.
 	err := EachBackup(ctx, c.Cache, c.Client, func(b *backupsv1.Backup) {
-		if b.Labels[backupsv1.LabelManagedBy] == c.Driver {
-			keys[client.ObjectKeyFromObject(b)] = keyState{imports: *c.importsOf(b), has: true}
+		if b.Labels[backupsv1.LabelManagedBy] != c.Driver {
+			return
+		}
+		if i, ok := c.importsOf(b); ok {
+			keys[client.ObjectKeyFromObject(b)] = keyState{imports: *i, has: true}
+		} else {
+			unknown = append(unknown, client.ObjectKeyFromObject(b))
 		}
 	}, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(c.Name)})
 	if err != nil {
 		return res, fmt.Errorf("reading the Backups of catalog %s: %w", c.Name, err)
+	}
+	for _, key := range unknown {
+		b, err := c.knownImport(ctx, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+		if err != nil {
+			return res, err
+		}
+		if b != nil && c.importedHere(b) {
+			keys[key] = keyState{imports: *c.mustImports(b), has: true}
+		}
 	}
 	type item struct {
 		key client.ObjectKey
@@ -386,15 +433,20 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 			} else if err != nil {
 				return outcome{err: fmt.Errorf("reading Backup %s, which exists: %w", key, err)}
 			}
+			if existing, err = c.knownImport(ctx, existing); err != nil {
+				return outcome{err: err}
+			} else if existing == nil {
+				return outcome{skip: fmt.Sprintf("Backup %s was deleted while this sync imported its record; the next sync imports it again", key)}
+			}
 			if !c.importOf(existing, e) {
 				return outcome{skip: fmt.Sprintf("a Backup %s exists and was not imported from this record; it is left alone", key)}
 			}
 			if existing.Status.Phase == backupsv1.BackupReady && existing.Status.Artifact != nil && !c.needsFinalizer(existing) {
-				return outcome{imports: c.importsOf(existing)}
+				return outcome{imports: c.mustImports(existing)}
 			}
 			var err error
 			if b, err = c.live(ctx, key, e); b == nil || err != nil {
-				return outcome{imports: c.importsOf(existing), err: err}
+				return outcome{imports: c.mustImports(existing), err: err}
 			}
 		case apierrors.IsNotFound(err):
 			return outcome{skip: fmt.Sprintf("namespace %s does not exist here (create it, or map %s with namespaceMapping)", key.Namespace, e.Namespace)}
@@ -421,7 +473,7 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 		}
 	}
 	if b.Status.Phase == backupsv1.BackupReady && b.Status.Artifact != nil {
-		return outcome{imports: c.importsOf(b), created: created}
+		return outcome{imports: c.mustImports(b), created: created}
 	}
 	if err := load(); err != nil {
 		return outcome{unreadable: err, created: created}
@@ -444,7 +496,7 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 	if err != nil {
 		return outcome{err: fmt.Errorf("recording the artifact of imported Backup %s: %w", key, err)}
 	}
-	return outcome{imports: c.importsOf(b), created: created}
+	return outcome{imports: c.mustImports(b), created: created}
 }
 
 // live reads the imported Backup key uncached, to write it: nil when it is gone meanwhile (the next
@@ -467,9 +519,14 @@ func (c *Catalog) live(ctx context.Context, key client.ObjectKey, e CatalogEntry
 }
 
 // importOf tells whether b is this catalog's import of the record e.
+// b's origin is known (read uncached, or knownImport).
 func (c *Catalog) importOf(b *backupsv1.Backup, e CatalogEntry) bool {
-	return b.Imported() && b.Labels[backupsv1.LabelManagedBy] == c.Driver && b.Labels[backupsv1.LabelCatalog] == backupsv1.LabelValue(c.Name) &&
-		c.importsOf(b).of(e)
+	return c.importedHere(b) && c.mustImports(b).of(e)
+}
+
+// importedHere tells whether b is an import of this catalog.
+func (c *Catalog) importedHere(b *backupsv1.Backup) bool {
+	return b.Imported() && b.Labels[backupsv1.LabelManagedBy] == c.Driver && b.Labels[backupsv1.LabelCatalog] == backupsv1.LabelValue(c.Name)
 }
 
 // imported is the Backup a record makes here.

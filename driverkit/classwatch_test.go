@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -111,9 +112,15 @@ func TestABackupDeletedWakesItsRunningRestore(t *testing.T) {
 // startKit runs a kit of the fixture's driver in a manager on the API server until the test ends,
 // and returns the manager's context once its caches have synced.
 func (f *fixture) startKit(tune ...func(*driverkit.Kit[S])) context.Context {
+	f.t.Helper()
+	return f.startKitCaching(cache.Options{}, tune...)
+}
+
+// startKitCaching is startKit with a manager whose cache has the options c.
+func (f *fixture) startKitCaching(c cache.Options, tune ...func(*driverkit.Kit[S])) context.Context {
 	t := f.t
 	t.Helper()
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme,
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{Scheme: scheme, Cache: c,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},

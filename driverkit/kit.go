@@ -6,6 +6,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -145,6 +146,14 @@ func (k *Kit[S]) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return nil
 	}); err != nil {
+		return err
+	}
+	// The origins of imported Backups the cache's trim kept (ImportOrigin) go with the Backups.
+	inf, err := mgr.GetCache().GetInformer(context.Background(), &backupsv1.Backup{})
+	if err != nil {
+		return err
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: ForgetDeleted}); err != nil {
 		return err
 	}
 	restoreWatches := append([]Watch{{Object: &backupsv1.Backup{}, Handler: handler.EnqueueRequestsFromMapFunc(restoresOf(mgr.GetCache()))}}, k.RestoreJobWatches...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -408,7 +410,7 @@ func (f *fixture) benchBackup(i int) *backupsv1.Backup {
 }
 
 // An imported Backup keeps what the catalog reads of it: the labels it matches by, its origin's
-// annotations, its finalizers, its artifact's URI and size (and its checksum where the driver's
+// annotations (the record and source UID in the table of origins: ImportOrigin), its finalizers, its artifact's URI and size (and its checksum where the driver's
 // catalog reuses what it measured: TrimOptions.ImportedChecksum), and its ArtifactAvailable
 // without the message the catalog wrote on import (the kept annotations say the same).
 func TestATrimmedImportedBackupKeepsWhatTheCatalogReads(t *testing.T) {
@@ -421,7 +423,11 @@ func TestATrimmedImportedBackupKeepsWhatTheCatalogReads(t *testing.T) {
 	trimmed := b.DeepCopy()
 	driverkit.TrimBackup(trimmed)
 	assert.Equal(t, map[string]string{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: "dr", backupsv1.LabelManagedBy: driverName}, trimmed.Labels)
-	assert.Equal(t, b.Annotations, trimmed.Annotations)
+	assert.Equal(t, map[string]string{backupsv1.AnnotationSourceCluster: "elsewhere", backupsv1.AnnotationAdopted: "true"}, trimmed.Annotations)
+	record, sourceUID, ok := driverkit.ImportOrigin(trimmed)
+	assert.True(t, ok, "the trim keeps the origin of the Backup it cut")
+	assert.Equal(t, "s3://x/r.json", record)
+	assert.Equal(t, "0000", sourceUID)
 	assert.Equal(t, b.Finalizers, trimmed.Finalizers)
 	assert.Equal(t, &backupsv1.BackupArtifact{URI: artifact.URI, SizeBytes: artifact.SizeBytes}, trimmed.Status.Artifact)
 	want := imported
@@ -455,21 +461,35 @@ func TestTrimmerKeepsOwnValuesAsTheyAre(t *testing.T) {
 	assert.Same(t, unsafe.StringData(name), unsafe.StringData(b.Spec.DriverMetadata["backupName"]), "an own value is kept as decoded")
 }
 
-// TestTrimmedImportedBackupsShareTheirSourceCluster: the source cluster of an imported Backup,
-// alike on every Backup of a catalog, is one shared string in the cache; its record and source UID
-// are its own.
-func TestTrimmedImportedBackupsShareTheirSourceCluster(t *testing.T) {
-	record := strings.Clone("catalog/records/shop/nightly-1.json")
-	b := &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{backupsv1.LabelImported: "true"},
-		Annotations: map[string]string{
-			backupsv1.AnnotationSourceCluster:     strings.Clone("3f1c0b9e-5d1e-4c1a-9c59-2a7c9e3d1b20"),
-			backupsv1.AnnotationSourceClusterName: strings.Clone("production"),
-			backupsv1.AnnotationSourceUID:         strings.Clone("8e0d4a8c-7a61-4f0e-b2cb-5f8f2d0c9a11"),
-			backupsv1.AnnotationRecord:            record,
-		}}}
+// TestTrimmedImportedBackupsShareTheirAnnotations: the annotations an imported Backup keeps in the
+// cache but its origin (the cluster it comes from), alike on every Backup of a catalog, are one
+// shared map; its record and source UID, its own, are kept as decoded in the
+// table of origins.
+func TestTrimmedImportedBackupsShareTheirAnnotations(t *testing.T) {
+	imported := func(n int) (*backupsv1.Backup, string) {
+		record := strings.Clone(fmt.Sprintf("catalog/records/shop/nightly-%d.json", n))
+		return &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{UID: types.UID(fmt.Sprintf("share-%d", n)), Labels: map[string]string{backupsv1.LabelImported: "true"},
+			Annotations: map[string]string{
+				backupsv1.AnnotationSourceCluster:     strings.Clone("3f1c0b9e-5d1e-4c1a-9c59-2a7c9e3d1b20"),
+				backupsv1.AnnotationSourceClusterName: strings.Clone("production"),
+				backupsv1.AnnotationSourceUID:         strings.Clone(fmt.Sprintf("8e0d4a8c-7a61-4f0e-b2cb-5f8f2d0c9a%02d", n)),
+				backupsv1.AnnotationRecord:            record,
+			}}}, record
+	}
+	a, recordA := imported(1)
+	b, recordB := imported(2)
+	driverkit.TrimBackup(a)
 	driverkit.TrimBackup(b)
-	assert.Same(t, unsafe.StringData(cachetrim.Intern("3f1c0b9e-5d1e-4c1a-9c59-2a7c9e3d1b20")), unsafe.StringData(b.Annotations[backupsv1.AnnotationSourceCluster]))
-	assert.Same(t, unsafe.StringData(cachetrim.Intern("production")), unsafe.StringData(b.Annotations[backupsv1.AnnotationSourceClusterName]))
-	assert.Same(t, unsafe.StringData(record), unsafe.StringData(b.Annotations[backupsv1.AnnotationRecord]), "its own values are kept as decoded")
-	assert.Len(t, b.Annotations, 4)
+	assert.Equal(t, map[string]string{backupsv1.AnnotationSourceCluster: "3f1c0b9e-5d1e-4c1a-9c59-2a7c9e3d1b20", backupsv1.AnnotationSourceClusterName: "production"}, b.Annotations)
+	assert.Equal(t, reflect.ValueOf(a.Annotations).UnsafePointer(), reflect.ValueOf(b.Annotations).UnsafePointer(), "one map for both")
+	for _, c := range []struct {
+		b      *backupsv1.Backup
+		record string
+		uid    string
+	}{{a, recordA, "8e0d4a8c-7a61-4f0e-b2cb-5f8f2d0c9a01"}, {b, recordB, "8e0d4a8c-7a61-4f0e-b2cb-5f8f2d0c9a02"}} {
+		record, uid, ok := driverkit.ImportOrigin(c.b)
+		require.True(t, ok)
+		assert.Equal(t, c.uid, uid)
+		assert.Same(t, unsafe.StringData(c.record), unsafe.StringData(record), "its own values are kept as decoded")
+	}
 }

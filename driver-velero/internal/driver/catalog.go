@@ -113,7 +113,10 @@ func (c *Catalog) sync(ctx context.Context, strat Strategy, progress driverkit.P
 	measured := map[string]*backupsv1.BackupArtifact{} // record location → artifact
 	if err := driverkit.EachBackup(ctx, d.Cache, d.Client, func(b *backupsv1.Backup) {
 		if b.Status.Artifact != nil && b.Labels[backupsv1.LabelManagedBy] == names.DriverName {
-			measured[b.Annotations[backupsv1.AnnotationRecord]] = b.Status.Artifact
+			// A Backup whose origin the cache no longer knows is measured again.
+			if record, _, ok := driverkit.ImportOrigin(b); ok {
+				measured[record] = b.Status.Artifact
+			}
 		}
 	}, client.MatchingLabels{backupsv1.LabelImported: "true", backupsv1.LabelCatalog: backupsv1.LabelValue(strat.Name)}); err != nil {
 		return driverkit.CatalogResult{}, "", fmt.Errorf("listing the Backups of catalog %s: %w", strat.Name, err)
