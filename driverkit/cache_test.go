@@ -3,7 +3,6 @@ package driverkit_test
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,17 +94,6 @@ func TestDriverCachesOnlyBackupsOfItsKind(t *testing.T) {
 	assert.Equal(t, "other.example.com", *other.Spec.StrategyRef.APIGroup, "the other driver's Backup is untouched")
 }
 
-// countingReader counts the Backups read through it.
-type countingReader struct {
-	client.Reader
-	gets atomic.Int64
-}
-
-func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	r.gets.Add(1)
-	return r.Reader.Get(ctx, key, obj, opts...)
-}
-
 // A driver's cache keeps an imported Backup's origin (its record and source UID) out of the cached
 // object, in a table its trim fills: a catalog sync decides from it without a read. A Backup the
 // table does not know (as after a restart, before the cache's trim has seen it again) is read from
@@ -114,21 +102,15 @@ func TestCatalogKnowsItsImportsFromTheCacheOrTheAPIServer(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	opts := driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer())}, f.kit.Strategy)
-	c, err := cache.New(restConfig, opts)
-	require.NoError(t, err)
-	go func() { _ = c.Start(ctx) }()
-	require.True(t, c.WaitForCacheSync(ctx))
-	cached, err := client.New(restConfig, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: c}})
-	require.NoError(t, err)
-	live := &countingReader{Reader: cl}
+	c, cached := f.trimmingCache(ctx)
+	live := &counting{Reader: cl}
 	cat := driverkit.Catalog{Client: cached, Cache: c, Live: live, Driver: driverName, Name: "dr-origins", StrategyRef: f.strategyRef()}
 	spec := backupsv1.BackupSpec{ApplicationRef: corev1.TypedLocalObjectReference{Kind: "Shop", Name: "shop"}, StrategyRef: f.strategyRef(),
 		TakenAt: metav1.NewTime(f.clock.Now())}
 	names := []string{"imported-1", "imported-2", "imported-3"}
 	sync := func() driverkit.CatalogResult {
 		t.Helper()
-		live.gets.Store(0)
+		live.n.Store(0)
 		res, err := cat.Sync(ctx, backupsv1.SourceCluster{ID: "here", Name: "here"}, len(names), func(yield func(driverkit.CatalogEntry) bool) {
 			for i, name := range names {
 				rec := &backupsv1.ArtifactRecord{APIVersion: backupsv1.RecordAPIVersion, Kind: backupsv1.RecordKind, Format: backupsv1.RecordFormat,
@@ -165,15 +147,15 @@ func TestCatalogKnowsItsImportsFromTheCacheOrTheAPIServer(t *testing.T) {
 
 	res = sync()
 	assert.Equal(t, driverkit.CatalogResult{Records: 3, Imported: 3, Skipped: map[string]string{}}, res)
-	assert.Zero(t, live.gets.Load(), "every origin known from the cache's trim: nothing read")
+	assert.Zero(t, live.n.Load(), "every origin known from the cache's trim: nothing read")
 
 	driverkit.ForgetImportOrigins()
 	res = sync()
 	assert.Equal(t, driverkit.CatalogResult{Records: 3, Imported: 3, Skipped: map[string]string{}}, res, "an unknown origin is read, not taken for another")
-	assert.Equal(t, int64(3), live.gets.Load(), "each Backup whose origin was unknown is read once")
+	assert.Equal(t, int64(3), live.n.Load(), "each Backup whose origin was unknown is read once")
 	res = sync()
 	assert.Equal(t, driverkit.CatalogResult{Records: 3, Imported: 3, Skipped: map[string]string{}}, res)
-	assert.Zero(t, live.gets.Load(), "what was read is known from then on")
+	assert.Zero(t, live.n.Load(), "what was read is known from then on")
 	for _, name := range names {
 		b := &backupsv1.Backup{}
 		require.NoError(t, cl.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, b))

@@ -50,6 +50,21 @@ func (c trimming) Get(ctx context.Context, key client.ObjectKey, obj client.Obje
 	return nil
 }
 
+// trimmingCache starts, until ctx ends, a cache of the fixture driver's Backups trimmed as a driver
+// trims them (keeping the driverMetadata keys keep), and returns it with a client reading from it.
+func (f *fixture) trimmingCache(ctx context.Context, keep ...string) (cache.Cache, client.Client) {
+	t := f.t
+	t.Helper()
+	opts := driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer(keep...))}, f.kit.Strategy)
+	c, err := cache.New(restConfig, opts)
+	require.NoError(t, err)
+	go func() { _ = c.Start(ctx) }()
+	require.True(t, c.WaitForCacheSync(ctx))
+	cached, err := client.New(restConfig, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: c}})
+	require.NoError(t, err)
+	return c, cached
+}
+
 // counting counts the reads of a reader.
 type counting struct {
 	client.Reader
@@ -168,13 +183,7 @@ func TestAStatusWriteAfterTrimmingKeepsWhatTheCacheDropped(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
-	opts := driverkit.CacheBackupsOf(cache.Options{Scheme: scheme, DefaultTransform: cachetrim.Transform(driverkit.CacheAnnotations, driverkit.BackupTrimmer("kept"))}, f.kit.Strategy)
-	c, err := cache.New(restConfig, opts)
-	require.NoError(t, err)
-	go func() { _ = c.Start(ctx) }()
-	require.True(t, c.WaitForCacheSync(ctx))
-	cached, err := client.New(restConfig, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: c}})
-	require.NoError(t, err)
+	_, cached := f.trimmingCache(ctx, "kept")
 
 	b := f.metadataBackup()
 	orig := b.DeepCopy()
@@ -217,7 +226,7 @@ func TestAStatusWriteAfterTrimmingKeepsWhatTheCacheDropped(t *testing.T) {
 		assert.Empty(t, got.Status.Artifact.Checksum, "the check decides from the cached copy")
 		return &metav1.Condition{Type: backupsv1.ConditionArtifactAvailable, Status: metav1.ConditionFalse, Reason: backupsv1.ReasonArtifactMissing, Message: "gone"}
 	}}
-	_, err = f.reconcileBackup(b)
+	_, err := f.reconcileBackup(b)
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, live.n.Load(), "one uncached read before the write")
 	kept("after the artifact check's write")
