@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"sync"
 	"unique"
@@ -122,7 +121,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, pro
 		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogCredentials, fmt.Errorf("the catalog's endpoint: %w", err)
 	}
 	// Streamed: of the listing, only the records and whether each has its artifact are kept.
-	records, withArtifact, err := listRecords(ctx, s3, src.Bucket, src.Prefix)
+	records, err := listRecords(ctx, s3, src.Bucket, src.Prefix)
 	if err != nil {
 		return driverkit.CatalogResult{}, backupsv1.ReasonCatalogUnreadable, err
 	}
@@ -153,7 +152,7 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, pro
 		}
 		return out
 	}
-	res, err := cat.Sync(ctx, self, len(records), c.records(ctx, s3, strat.Name, src.Bucket, records, withArtifact))
+	res, err := cat.Sync(ctx, self, len(records), c.records(ctx, s3, strat.Name, src.Bucket, records))
 	if err != nil {
 		return res, "", err
 	}
@@ -163,16 +162,11 @@ func (c *Catalog) sync(ctx context.Context, strat *jobapi.JobBackupStrategy, pro
 	return res, "", nil
 }
 
-// records yields the entries of the records listed (key → ETag), in key order: from what the
-// catalog knows of a record at its ETag, or else read, ReadThreads at once, as the catalog imports
-// those yielded before. What it read is known at the next sync.
-func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucket string, records map[string]string, withArtifact map[string]bool) driverkit.CatalogRecords {
+// records yields the entries of the records listed (in key order): from what the catalog knows
+// of a record at its ETag, or else read, ReadThreads at once, as the catalog imports those yielded
+// before. What it read is known at the next sync.
+func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucket string, records []listedRecord) driverkit.CatalogRecords {
 	return func(yield func(driverkit.CatalogEntry) bool) {
-		keys := make([]string, 0, len(records))
-		for k := range records {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
 		// What the catalog knows is updated in place (a second map beside it would double its
 		// memory for the sync, 32 MB at 100,000 records), and forgets the records no longer listed.
 		c.mu.Lock()
@@ -181,16 +175,16 @@ func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucke
 		}
 		known := c.known[strategy]
 		if known == nil {
-			known = make(map[string]knownRecord, len(keys))
+			known = make(map[string]knownRecord, len(records))
 			c.known[strategy] = known
 		}
 		c.mu.Unlock()
 		var mu sync.Mutex
-		lookup := func(k string) (knownRecord, bool) {
+		lookup := func(l listedRecord) (knownRecord, bool) {
 			mu.Lock()
 			defer mu.Unlock()
-			kr, ok := known[k]
-			return kr, ok && kr.etag == records[k]
+			kr, ok := known[l.key]
+			return kr, ok && kr.etag == l.etag
 		}
 		remember := func(k string, kr knownRecord) {
 			mu.Lock()
@@ -201,7 +195,7 @@ func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucke
 			mu.Lock()
 			defer mu.Unlock()
 			for k := range known {
-				if _, ok := records[k]; !ok {
+				if _, ok := listed(records, k); !ok {
 					delete(known, k)
 				}
 			}
@@ -214,7 +208,7 @@ func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucke
 			threads = 8
 		}
 		type read struct {
-			key  string
+			listedRecord
 			slot chan driverkit.CatalogEntry
 		}
 		ctx, cancel := context.WithCancel(ctx)
@@ -228,13 +222,13 @@ func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucke
 			go func() {
 				defer wg.Done()
 				for rd := range work {
-					kr, r, err := readRecord(ctx, s3, bucket, rd.key, records[rd.key])
+					kr, r, err := readRecord(ctx, s3, bucket, rd.key, rd.etag)
 					if err != nil {
 						rd.slot <- driverkit.CatalogEntry{Location: agent.ArtifactURI(bucket, rd.key), Unreadable: err}
 						continue
 					}
 					remember(rd.key, kr)
-					e := c.entry(s3, bucket, rd.key, kr, withArtifact[rd.key])
+					e := c.entry(s3, bucket, rd.key, kr, rd.artifact)
 					if e.Skip == "" && e.Unreadable == nil {
 						e.Record = r
 					}
@@ -247,19 +241,19 @@ func (c *Catalog) records(ctx context.Context, s3 *minio.Client, strategy, bucke
 			defer wg.Done()
 			defer close(slots)
 			defer close(work)
-			for _, k := range keys {
+			for _, l := range records {
 				slot := make(chan driverkit.CatalogEntry, 1)
 				select {
 				case slots <- slot:
 				case <-ctx.Done():
 					return
 				}
-				if kr, ok := lookup(k); ok {
-					slot <- c.entry(s3, bucket, k, kr, withArtifact[k])
+				if kr, ok := lookup(l); ok {
+					slot <- c.entry(s3, bucket, l.key, kr, l.artifact)
 					continue
 				}
 				select {
-				case work <- read{k, slot}:
+				case work <- read{l, slot}:
 				case <-ctx.Done():
 					return
 				}

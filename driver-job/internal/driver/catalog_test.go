@@ -513,6 +513,13 @@ func TestCatalogReadsOnlyTheRecordsItMustImport(t *testing.T) {
 	putRecord(t, bucket, recs["nightly-03"], false)
 	require.Equal(t, backupsv1.CatalogStatus{Records: 3, Imported: 3}, sync())
 	require.Equal(t, int64(1), gets.n.Load())
+
+	// A record gone from the bucket is forgotten; the others stay known.
+	require.Equal(t, 3, cat.Known(f.strategy.Name))
+	require.NoError(t, stack.S3.RemoveObject(ctx, bucket, agent.RecordKey(strings.TrimPrefix(recs["nightly-01"].Artifact.URI, "s3://"+bucket+"/")), minio.RemoveObjectOptions{}))
+	require.Equal(t, backupsv1.CatalogStatus{Records: 2, Imported: 2, Removed: 1}, sync())
+	require.Zero(t, gets.n.Load())
+	require.Equal(t, 2, cat.Known(f.strategy.Name), "the catalog forgets the record no longer listed")
 }
 
 // A record is imported only as it was at the ETag the catalog decided on: one that changed between

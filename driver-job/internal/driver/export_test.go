@@ -7,3 +7,10 @@ var CacheTransform = cacheTransform()
 
 // Unremarkable is the driver's Kit.Unremarkable.
 func (d *Driver) Unremarkable(b *backupsv1.Backup) bool { return d.unremarkable(b) }
+
+// Known is how many records the catalog knows of strategy (read at an ETag it may list again).
+func (c *Catalog) Known(strategy string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.known[strategy])
+}

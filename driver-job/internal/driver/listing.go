@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/minio/minio-go/v7"
@@ -10,22 +11,38 @@ import (
 	jobapi "github.com/coffer-backup/coffer/apis/jobdriver/v1alpha1"
 )
 
-// listRecords lists bucket under prefix and returns its records (key → ETag) and which of them
-// have their artifact beside them (by the record's key). It streams the listing and keeps only
-// that: a bucket holds millions of objects (artifacts, chunks) for a few records, and the catalog
-// must not hold the listing whole. Memory is O(records), plus at most one key length of keys
+// listedRecord is a record a listing found: its key, its ETag, and whether its artifact is
+// listed beside it.
+type listedRecord struct {
+	key, etag string
+	artifact  bool
+}
+
+// listRecords lists bucket under prefix and returns its records, in key order. It streams the
+// listing and keeps only those: a bucket holds millions of objects (artifacts, chunks) for a few
+// records, and the catalog must not hold the listing whole. Memory is O(records), one slice
+// entry each (two maps by key took about twice as much), plus at most one key length of keys
 // (recordScan).
-func listRecords(ctx context.Context, s3 *minio.Client, bucket, prefix string) (records map[string]string, withArtifact map[string]bool, err error) {
-	s := newRecordScan()
+func listRecords(ctx context.Context, s3 *minio.Client, bucket, prefix string) ([]listedRecord, error) {
+	s := &recordScan{}
 	for o := range s3.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if o.Err != nil {
-			return nil, nil, fmt.Errorf("listing s3://%s/%s: %w", bucket, prefix, o.Err)
+			return nil, fmt.Errorf("listing s3://%s/%s: %w", bucket, prefix, o.Err)
 		}
 		if err := s.add(o.Key, o.ETag); err != nil {
-			return nil, nil, fmt.Errorf("listing s3://%s/%s: %w", bucket, prefix, err)
+			return nil, fmt.Errorf("listing s3://%s/%s: %w", bucket, prefix, err)
 		}
 	}
-	return s.records, s.withArtifact, nil
+	return s.records, nil
+}
+
+// listed returns the record of records (in key order) at key.
+func listed(records []listedRecord, key string) (listedRecord, bool) {
+	i, ok := slices.BinarySearchFunc(records, key, func(r listedRecord, key string) int { return strings.Compare(r.key, key) })
+	if !ok {
+		return listedRecord{}, false
+	}
+	return records[i], true
 }
 
 // recordScan reads a listing in key order, as S3 returns it (UTF-8 binary order). A record's
@@ -35,14 +52,9 @@ func listRecords(ctx context.Context, s3 *minio.Client, bucket, prefix string) (
 // listed. A listing out of order is refused rather than read wrong: a record whose artifact was
 // missed would be taken for one whose artifact is gone.
 type recordScan struct {
-	records      map[string]string
-	withArtifact map[string]bool
-	open         []string
-	last         string
-}
-
-func newRecordScan() *recordScan {
-	return &recordScan{records: map[string]string{}, withArtifact: map[string]bool{}}
+	records []listedRecord
+	open    []string
+	last    string
 }
 
 func (s *recordScan) add(key, etag string) error {
@@ -54,12 +66,13 @@ func (s *recordScan) add(key, etag string) error {
 		s.open = s.open[:len(s.open)-1]
 	}
 	if artifact, ok := strings.CutSuffix(key, jobapi.RecordSuffix); ok {
-		s.records[key] = etag
+		r := listedRecord{key: key, etag: etag}
 		for i := len(s.open) - 1; i >= 0 && len(s.open[i]) >= len(artifact); i-- {
 			if s.open[i] == artifact {
-				s.withArtifact[key] = true
+				r.artifact = true
 			}
 		}
+		s.records = append(s.records, r)
 	}
 	s.open = append(s.open, key)
 	return nil

@@ -25,21 +25,29 @@ func TestRecordScan(t *testing.T) {
 		keys = append(keys, fmt.Sprintf("a/b9/chunk-%04d", i))
 	}
 	sort.Strings(keys)
-	s := newRecordScan()
+	s := &recordScan{}
 	for _, k := range keys {
 		require.NoError(t, s.add(k, "etag-"+k))
 		assert.LessOrEqual(t, len(s.open), strings.Count(k, "")+1)
 	}
-	assert.Equal(t, map[string]string{
-		"a/b1.record.json": "etag-a/b1.record.json", "a/b2.record.json": "etag-a/b2.record.json", "a/b3.record.json": "etag-a/b3.record.json",
-		"a/b4/c.record.json": "etag-a/b4/c.record.json", "a/b4.record.json": "etag-a/b4.record.json",
-		"a/b5.record.json": "etag-a/b5.record.json", "a/b5.record.json.record.json": "etag-a/b5.record.json.record.json",
-	}, s.records)
-	assert.Equal(t, map[string]bool{"a/b1.record.json": true, "a/b2.record.json": true, "a/b4/c.record.json": true, "a/b4.record.json": true,
-		"a/b5.record.json.record.json": true}, s.withArtifact)
+	rec := func(key string, artifact bool) listedRecord {
+		return listedRecord{key: key, etag: "etag-" + key, artifact: artifact}
+	}
+	assert.Equal(t, []listedRecord{
+		rec("a/b1.record.json", true), rec("a/b2.record.json", true), rec("a/b3.record.json", false),
+		rec("a/b4.record.json", true), rec("a/b4/c.record.json", true),
+		rec("a/b5.record.json", false), rec("a/b5.record.json.record.json", true),
+	}, s.records, "the records in key order, each with whether its artifact is listed")
+	for _, r := range s.records {
+		got, ok := listed(s.records, r.key)
+		assert.True(t, ok)
+		assert.Equal(t, r, got)
+	}
+	_, ok := listed(s.records, "a/b6.record.json")
+	assert.False(t, ok)
 	assert.Len(t, s.open, 1, "after the chunks, only the last key is open")
 
-	s = newRecordScan()
+	s = &recordScan{}
 	require.NoError(t, s.add("b", ""))
 	assert.ErrorContains(t, s.add("a", ""), "not in key order")
 }
