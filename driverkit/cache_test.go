@@ -186,15 +186,7 @@ func TestTheOriginOfAnImportedBackupGoesWithIt(t *testing.T) {
 
 	require.NoError(t, cl.Delete(f.ctx, b))
 	require.Eventually(t, func() bool {
-		err := cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{})
-		if err == nil { // the kit's finalizer, if it put one: the Backup is not the driver's to clean
-			got := &backupsv1.Backup{}
-			if cl.Get(f.ctx, client.ObjectKeyFromObject(b), got) == nil && len(got.Finalizers) > 0 {
-				got.Finalizers = nil
-				_ = cl.Update(f.ctx, got)
-			}
-		}
-		return apierrors.IsNotFound(err)
+		return apierrors.IsNotFound(cl.Get(f.ctx, client.ObjectKeyFromObject(b), &backupsv1.Backup{}))
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Eventually(t, func() bool { return !known() }, 30*time.Second, 50*time.Millisecond, "the origin goes when the cache drops the Backup")
 	require.NoError(t, ctx.Err())

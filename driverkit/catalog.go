@@ -149,7 +149,7 @@ type keyState struct {
 }
 
 // importsOf is what a sync keeps of b; ok is false when b is a cached Backup whose origin the
-// cache's table does not know (ImportOrigin): read it uncached (c.origin).
+// cache's table does not know (ImportOrigin): read it uncached (knownImport).
 func (c *Catalog) importsOf(b *backupsv1.Backup) (i *imports, ok bool) {
 	record, sourceUID, ok := ImportOrigin(b)
 	return &imports{record: record, sourceCluster: b.Annotations[backupsv1.AnnotationSourceCluster],
@@ -163,21 +163,33 @@ func (c *Catalog) knownImport(ctx context.Context, b *backupsv1.Backup) (*backup
 	if _, _, ok := ImportOrigin(b); ok {
 		return b, nil
 	}
+	return c.readOrigin(ctx, client.ObjectKeyFromObject(b))
+}
+
+// readOrigin reads Backup key uncached (nil when it is gone) and, for an imported one, keeps its
+// origin in the table from then on, as if the cache's trim had seen it.
+func (c *Catalog) readOrigin(ctx context.Context, key client.ObjectKey) (*backupsv1.Backup, error) {
+	b, err := c.readLive(ctx, key)
+	if b != nil && b.Imported() {
+		record, sourceUID, _ := ImportOrigin(b)
+		rememberOrigin(b.UID, importOrigin{record: record, sourceUID: sourceUID})
+	}
+	return b, err
+}
+
+// readLive reads Backup key uncached: nil when it is gone.
+func (c *Catalog) readLive(ctx context.Context, key client.ObjectKey) (*backupsv1.Backup, error) {
 	r := c.Live
 	if r == nil {
 		r = c.Client
 	}
-	live := &backupsv1.Backup{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(b), live); apierrors.IsNotFound(err) {
+	b := &backupsv1.Backup{}
+	if err := r.Get(ctx, key, b); apierrors.IsNotFound(err) {
 		return nil, nil
 	} else if err != nil {
-		return nil, fmt.Errorf("reading imported Backup %s: %w", client.ObjectKeyFromObject(b), err)
+		return nil, fmt.Errorf("reading imported Backup %s: %w", key, err)
 	}
-	if live.Imported() { // known from now on, as if the cache's trim had seen it
-		record, sourceUID, _ := ImportOrigin(live)
-		rememberOrigin(live.UID, importOrigin{record: record, sourceUID: sourceUID})
-	}
-	return live, nil
+	return b, nil
 }
 
 // mustImports is importsOf for a Backup read uncached or just written (its annotations whole).
@@ -224,7 +236,7 @@ func (c *Catalog) Sync(ctx context.Context, self backupsv1.SourceCluster, total 
 		return res, fmt.Errorf("reading the Backups of catalog %s: %w", c.Name, err)
 	}
 	for _, key := range unknown {
-		b, err := c.knownImport(ctx, &backupsv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+		b, err := c.readOrigin(ctx, key)
 		if err != nil {
 			return res, err
 		}
@@ -502,24 +514,15 @@ func (c *Catalog) ensure(ctx context.Context, key client.ObjectKey, e CatalogEnt
 // live reads the imported Backup key uncached, to write it: nil when it is gone meanwhile (the next
 // sync imports it again) or is no longer the import of e (a replaced Backup is left alone).
 func (c *Catalog) live(ctx context.Context, key client.ObjectKey, e CatalogEntry) (*backupsv1.Backup, error) {
-	r := c.Live
-	if r == nil {
-		r = c.Client
-	}
-	b := &backupsv1.Backup{}
-	if err := r.Get(ctx, key, b); apierrors.IsNotFound(err) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("reading imported Backup %s: %w", key, err)
-	}
-	if !c.importOf(b, e) {
-		return nil, nil
+	b, err := c.readLive(ctx, key)
+	if b == nil || err != nil || !c.importOf(b, e) {
+		return nil, err
 	}
 	return b, nil
 }
 
-// importOf tells whether b is this catalog's import of the record e.
-// b's origin is known (read uncached, or knownImport).
+// importOf tells whether b, whose origin is known (read uncached, or knownImport), is this
+// catalog's import of the record e.
 func (c *Catalog) importOf(b *backupsv1.Backup, e CatalogEntry) bool {
 	return c.importedHere(b) && c.mustImports(b).of(e)
 }
