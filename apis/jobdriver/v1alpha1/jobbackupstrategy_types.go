@@ -83,6 +83,24 @@ type JobBackupStrategySpec struct {
 	// Opt-in; unset imports nothing.
 	// +optional
 	Catalog *CatalogSource `json:"catalog,omitempty"`
+	// volumeSnapshot, when set, makes backups crash-consistent: before a backup Job starts, the
+	// driver takes a CSI VolumeSnapshot of each claim its rendered template mounts, provisions a
+	// claim from each snapshot (the source claim's StorageClass and size), and runs the Job on
+	// those clones, mounted read-only; once the Job has ended it deletes the clones and the
+	// snapshots. The claims' CSI driver must support snapshots. Unset backs up the claims
+	// themselves, as the application writes them.
+	// +optional
+	VolumeSnapshot *VolumeSnapshotOptions `json:"volumeSnapshot,omitempty"`
+}
+
+// VolumeSnapshotOptions are the snapshots a backup takes first.
+type VolumeSnapshotOptions struct {
+	// volumeSnapshotClassName is the VolumeSnapshotClass of the snapshots. Empty means the
+	// default class of the claims' CSI driver.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="volumeSnapshotClassName must be a DNS subdomain name"
+	VolumeSnapshotClassName string `json:"volumeSnapshotClassName,omitempty"`
 }
 
 // CatalogSource is the storage a catalog sync reads records from, with the driver's own

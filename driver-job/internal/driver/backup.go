@@ -28,13 +28,23 @@ func (d *Driver) Backup(ctx context.Context, run *driverkit.BackupRun[Strategy])
 		return driverkit.BackupOutcome{}, err
 	}
 	if j == nil {
-		if j, err = d.createBackupJob(ctx, run, jr); err != nil {
+		var snapshots string
+		if j, snapshots, err = d.createBackupJob(ctx, run, jr); err != nil {
 			return driverkit.BackupOutcome{}, err
+		}
+		if j == nil {
+			return driverkit.BackupOutcome{Waiting: snapshots, RequeueAfter: snapshotPoll}, nil
 		}
 	}
 	out, err := jobs.Observe(ctx, d.Live, j)
 	if err != nil {
 		return driverkit.BackupOutcome{}, err
+	}
+	if out.Finished {
+		// The Job read its clones: they and their snapshots go, whatever it came to.
+		if err := d.releaseSnapshots(ctx, run, j.Name, j.Spec.Template.Spec); err != nil {
+			return driverkit.BackupOutcome{}, err
+		}
 	}
 	switch {
 	case out.Finished && out.Succeeded:
@@ -46,22 +56,30 @@ func (d *Driver) Backup(ctx context.Context, run *driverkit.BackupRun[Strategy])
 	return driverkit.BackupOutcome{Waiting: waiting(j)}, nil
 }
 
-func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[Strategy], jr jobs.Run) (*batchv1.Job, error) {
+// createBackupJob creates the run's Job. With spec.volumeSnapshot it first takes the snapshots and
+// makes the clones the Job reads, and creates no Job (nil, with what it waits for) until every
+// snapshot is ready.
+func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[Strategy], jr jobs.Run) (*batchv1.Job, string, error) {
 	app, err := driverkit.Application(ctx, d.Client, run.Job.Namespace, run.Job.Spec.ApplicationRef)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	data := strategy.Context{Application: app.Object, Parameters: run.Resolved.Parameters, Mode: strategy.ModeBackup}
 	pod, err := jobs.Render(run.Strategy, "template", run.Strategy.Spec.Template, data)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	if run.Strategy.Spec.VolumeSnapshot != nil {
+		if waiting, err := d.snapshotClaims(ctx, run, jr.Name(), &pod); err != nil || waiting != "" {
+			return nil, waiting, err
+		}
 	}
 	env := append(jobs.Env(jobapi.ModeBackup, jr, run.Job.Spec.ApplicationRef, run.Resolved.Parameters), jobs.FormatEnv(run.Strategy, jobapi.ModeBackup)...)
 	var lockWhy string
 	if a := run.Strategy.Spec.Artifact; a != nil && a.ObjectLock != nil {
 		lock, why, err := d.lockFor(ctx, run)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		env = append(env, jobs.LockEnv(run.Strategy, lock)...)
 		lockWhy = why
@@ -70,16 +88,16 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 	// will make, but for the artifact, which the agent adds.
 	record, err := d.kit.RecordTemplate(ctx, run, backupMetadata(run, jr.Name()))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	text, err := json.Marshal(record)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	env = append(env, corev1.EnvVar{Name: jobapi.EnvRecord, Value: string(text)})
 	j, err := jobs.Create(ctx, d.Client, d.Live, d.Scheme, jr, run.Strategy, pod, env)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ctrl.LoggerFrom(ctx).Info("Created Job", "job", klog.KObj(j))
 	if lockWhy != "" {
@@ -87,7 +105,7 @@ func (d *Driver) createBackupJob(ctx context.Context, run *driverkit.BackupRun[S
 	} else {
 		d.Recorder.Eventf(run.Job, nil, corev1.EventTypeNormal, "JobCreated", "Backup", "Created Job %s", j.Name)
 	}
-	return j, nil
+	return j, "", nil
 }
 
 // result validates the agent's report (or reuses the artifact recorded before a crash: the pods

@@ -80,7 +80,7 @@ func run(m *testing.M) int {
 }
 
 func crdDirs() []string {
-	return []string{"../../../deploy/core-controller/crd", "../../../deploy/driver-job/crd", "../../../e2e/harness/testdata"}
+	return []string{"../../../deploy/core-controller/crd", "../../../deploy/driver-job/crd", "../../../e2e/harness/testdata", "../../../tools/testbin/csi/crds"}
 }
 
 // fixture is one namespace with a Shop, a strategy and a class resolving Shops to it.

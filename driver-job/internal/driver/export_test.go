@@ -14,3 +14,6 @@ func (c *Catalog) Known(strategy string) int {
 	defer c.mu.Unlock()
 	return len(c.known[strategy])
 }
+
+// SnapshotName is the name of the snapshot and clone of a pod volume of a snapshot-first Job.
+var SnapshotName = snapshotName
