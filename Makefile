@@ -14,6 +14,7 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 20m
 TESTBIN = $(shell hack/testbin.sh)
 VELEROBIN = $(shell hack/testbin.sh --velero)
 PROMBIN = $(shell hack/testbin.sh --prometheus)
+CSIBIN = $(shell hack/testbin.sh --csi)
 
 .PHONY: help
 help: ## List the targets.
@@ -66,6 +67,7 @@ testbin: ## Build the local cluster's binaries (and Velero, MinIO, promtool) fro
 	hack/testbin.sh
 	hack/testbin.sh --velero
 	hack/testbin.sh --prometheus
+	hack/testbin.sh --csi
 
 .PHONY: test
 test: build ## Unit, envtest and real-server suites of every module (builds testbin when missing).
@@ -80,7 +82,7 @@ E2E_SUITES := ./jobdriver/ ./volumes/ ./deployments/ ./ha/ ./swap/ ./badinput/ .
 .PHONY: e2e
 e2e: build ## End-to-end suites on real processes and (as root) a real node: Job driver on kubelet + containerd, chaos, HA.
 	hack/node-runtime.sh
-	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_PROMETHEUS_ASSETS="$(PROMBIN)" COFFER_CHAOS_ITERATIONS="$(E2E_CHAOS_ITERATIONS)"; \
+	export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_PROMETHEUS_ASSETS="$(PROMBIN)" COFFER_CSI_ASSETS="$(CSIBIN)" COFFER_CHAOS_ITERATIONS="$(E2E_CHAOS_ITERATIONS)"; \
 	(cd e2e/harness && go test -count=1 -tags e2e -timeout 30m ./node/) && \
 	(cd e2e && go test -count=1 -p 1 -tags e2e -timeout 80m $(E2E_SUITES))
 
@@ -94,7 +96,7 @@ chaos: build ## The chaos suite alone, with its full schedule of 20 kills.
 
 .PHONY: bench
 bench: ## Benchmarks against peers on this machine (Plan fire lag vs the CronJob controller, coffer-agent vs restic and kopia, ...); takes minutes (builds the peers when missing).
-	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_PEERS_BIN="$$(hack/testbin.sh --peers)"; \
+	@export KUBEBUILDER_ASSETS="$(TESTBIN)" COFFER_VELERO_ASSETS="$(VELEROBIN)" COFFER_PEERS_BIN="$$(hack/testbin.sh --peers)" COFFER_CSI_ASSETS="$(CSIBIN)"; \
 	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench . -benchtime=1x -timeout 60m ./...); done; \
 	cd e2e && go test -tags e2e -run '^$$' -bench . -benchtime=1x -timeout 60m ./volumes/ # on the real node: as root, else skipped
 

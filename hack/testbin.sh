@@ -6,6 +6,8 @@
 #   hack/testbin.sh --velero        velero, velero-plugin-for-aws, velero-restore-helper and minio (the S3
 #                                   test stack), local-path-provisioner (the real node's volumes)
 #   hack/testbin.sh --peers         restic and kopia (peers of coffer-agent's BenchmarkPeers)
+#   hack/testbin.sh --csi           csi-provisioner, csi-snapshotter and snapshot-controller (the real
+#                                   node's CSI volumes and snapshots)
 #   hack/testbin.sh --prometheus    promtool (checks and unit-tests the PrometheusRules of deploy/) and
 #                                   prometheus (Kubernetes service discovery only: e2e/deployments)
 #
@@ -21,6 +23,8 @@ MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 RESTIC_VERSION=v0.18.1
 KOPIA_VERSION=v0.22.3
 PROMETHEUS_VERSION=v0.316.0 # the Go module of Prometheus 3.16.0
+CSI_PROVISIONER_VERSION=v5.3.0
+CSI_SNAPSHOTTER_VERSION=v8.7.0
 cache="${COFFER_TESTBIN_ROOT:-$HOME/.cache/coffer/testbin}"
 dir="$cache/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}"
 if [ "${1:-}" = --velero ]; then
@@ -31,6 +35,10 @@ elif [ "${1:-}" = --peers ]; then
 	shift
 	dir="$cache/peers-restic-${RESTIC_VERSION}_kopia-${KOPIA_VERSION}"
 	set -- restic kopia
+elif [ "${1:-}" = --csi ]; then
+	shift
+	dir="$cache/csi-provisioner-${CSI_PROVISIONER_VERSION}_snapshotter-${CSI_SNAPSHOTTER_VERSION}"
+	set -- csi-provisioner csi-snapshotter snapshot-controller
 elif [ "${1:-}" = --prometheus ]; then
 	shift
 	dir="$cache/prometheus-${PROMETHEUS_VERSION}"
@@ -67,6 +75,9 @@ for b in "${bins[@]}"; do
 	velero-restore-helper) build velero-restore-helper velero github.com/vmware-tanzu/velero/cmd/velero-restore-helper "-s -w" ;;
 	minio) build minio minio github.com/minio/minio "-s -w" ;;
 	local-path-provisioner) build local-path-provisioner localpath github.com/rancher/local-path-provisioner "-s -w" ;;
+	csi-provisioner) build csi-provisioner csiprovisioner github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner "-s -w -X main.version=${CSI_PROVISIONER_VERSION}" ;;
+	csi-snapshotter|snapshot-controller)
+		build "$b" csi "github.com/kubernetes-csi/external-snapshotter/v8/cmd/$b" "-s -w -X main.version=${CSI_SNAPSHOTTER_VERSION}" ;;
 	restic) build restic restic github.com/restic/restic/cmd/restic "-s -w" ;;
 	kopia) build kopia kopia github.com/kopia/kopia "-s -w" ;;
 	# Rules checks and tests need no service discovery: leaving out every SD plugin (and the cloud

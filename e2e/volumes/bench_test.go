@@ -48,9 +48,9 @@ func BenchmarkFullRestoreOfAVolume(b *testing.B) {
 	require.NoError(b, e.cl.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: veleroapi.RestoreClaimsModifier, Namespace: velerostack.Namespace},
 		Data: map[string]string{veleroapi.RestoreClaimsModifierKey: veleroapi.RestoreClaimsModifierRules}}))
 	ns := e.namespace(b, "bench")
-	shop(b, ctx, e.cl, ns, "shop", "data")
+	shop(b, ctx, e.cl, ns, "shop", "data", "")
 	// The claim asks for 256 MiB; the provisioner's directory volumes hold what is written.
-	dir := volumeDir(b, ctx, e.cl, ns, "data")
+	dir := e.volumeDir(b, ns, "data")
 	const files = 32
 	random := make([]byte, benchVolumeBytes/files)
 	for i := range files {
@@ -99,7 +99,7 @@ func BenchmarkFullRestoreOfAVolume(b *testing.B) {
 		require.Equal(b, "Completed", phase)
 		b.Logf("bare Restore %s: created %s, started %s, completed %s", r.GetName(), r.GetCreationTimestamp().Format(time.TimeOnly),
 			nestedString(r, "status", "startTimestamp"), nestedString(r, "status", "completionTimestamp"))
-		into := volumeDir(b, ctx, e.cl, target, "data")
+		into := e.volumeDir(b, target, "data")
 		var size int64
 		for i := range files {
 			fi, err := os.Stat(filepath.Join(into, "f"+strconv.Itoa(i)))

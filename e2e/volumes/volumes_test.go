@@ -6,9 +6,11 @@
 // the pinned module) beside a Velero server process and MinIO on the node's IP, and backs up a
 // pod's volume by file-system backup; the Backup records the volume, the verifier (as its
 // ServiceAccount) reads every file of the volume's snapshot from Velero's repository and finds one
-// flipped byte in it, and a RestoreJob brings the claim and every file back. Through driver-job,
-// the sample strategy backs up a provisioned claim and restores it into a new one. It needs root (see e2e/harness/node) and is part of `make e2e`:
-// go test -tags e2e ./volumes/.
+// flipped byte in it, and a RestoreJob brings the claim and every file back. A claim of a CSI
+// driver with snapshots (e2e/harness/csidir) goes the way of Cozystack's default strategy: a CSI
+// snapshot whose data Velero's data mover copies to the repository. Through driver-job, the sample
+// strategy backs up a provisioned claim and restores it into a new one. It needs root (see
+// e2e/harness/node) and is part of `make e2e`: go test -tags e2e ./volumes/.
 package volumes
 
 import (
@@ -56,6 +58,7 @@ import (
 	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/e2e/harness/cluster"
 	"github.com/coffer-backup/coffer/e2e/harness/components"
+	"github.com/coffer-backup/coffer/e2e/harness/csidir"
 	"github.com/coffer-backup/coffer/e2e/harness/images"
 	"github.com/coffer-backup/coffer/e2e/harness/localpath"
 	"github.com/coffer-backup/coffer/e2e/harness/manifests"
@@ -71,15 +74,20 @@ type env struct {
 	cl    client.Client
 	n     *node.Node
 	stack *velerostack.Stack
+	csi   *csidir.CSI
+	// verifierDeployed says deployVerifier has run.
+	verifierDeployed bool
 }
 
 func TestVolumesOnARealNode(t *testing.T) {
 	node.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	e := start(t, ctx)
 	t.Run("driver-velero: file-system backup of a provisioned volume, recorded, restored byte for byte", e.velero)
+	t.Run("driver-velero: CSI snapshot moved to the storage location, recorded, checked, restored byte for byte", e.veleroDataMover)
 	t.Run("driver-job: a provisioned claim backed up and restored byte for byte", e.jobDriver)
+	t.Run("driver-job: a CSI claim backed up from a snapshot's clone and restored byte for byte", e.jobDriverSnapshotFirst)
 }
 
 // start starts the suite's env: the node (with the images of Velero, its restore helper, the
@@ -108,7 +116,7 @@ func start(t testing.TB, ctx context.Context) *env {
 	verifier, err := images.Build(ctx, images.Options{Binary: verifierBin, Name: "coffer/verifier:dev", Out: filepath.Join(work, "verifier.oci.tar")})
 	require.NoError(t, err)
 	n, err := node.Start(ctx, node.Options{Images: append(archives, helper, agent.Archive, verifier.Archive), ServeToPods: true, Logf: t.Logf,
-		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "harness", "testdata")}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
+		CRDDirectoryPaths: []string{filepath.Join(root, "e2e", "harness", "testdata"), csidir.CRDDirectory(root)}, LogDir: os.Getenv("COFFER_NODE_LOGS")})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -126,7 +134,17 @@ func start(t testing.TB, ctx context.Context) *env {
 		}
 		prov.Stop()
 	})
-	stack, err := velerostack.StartOn(ctx, n.Cluster, n.IP)
+	csiAssets, err := csidir.Assets()
+	require.NoError(t, err)
+	csi, err := csidir.Start(ctx, cl, csiAssets, n.Cluster.Kubeconfig, csidir.Node{Name: n.Name, KubeletRoot: n.KubeletRoot(), Dir: filepath.Join(n.Dir, "csi")})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("CSI driver and controllers:\n%s", csi.Log())
+		}
+		csi.Stop()
+	})
+	stack, err := velerostack.StartOn(ctx, n.Cluster, n.IP, "EnableCSI")
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
 	api, err := url.Parse(n.Cluster.Config.Host)
@@ -143,20 +161,21 @@ func start(t testing.TB, ctx context.Context) *env {
 	samples, err := manifests.Render(filepath.Join(root, "deploy", "samples"))
 	require.NoError(t, err)
 	for _, o := range samples {
-		if o.GetKind() == "VeleroBackupStrategy" && o.GetName() == "namespace-with-volumes" || o.GetKind() == "JobBackupStrategy" && o.GetName() == "volume-tar" {
+		if o.GetKind() == "VeleroBackupStrategy" && (o.GetName() == "namespace-with-volumes" || o.GetName() == "namespace-with-volume-snapshots") || o.GetKind() == "JobBackupStrategy" && o.GetName() == "volume-tar" {
 			require.NoError(t, cl.Create(ctx, o))
 		}
 	}
-	return &env{ctx: ctx, cl: cl, n: n, stack: stack}
+	return &env{ctx: ctx, cl: cl, n: n, stack: stack, csi: csi}
 }
 
-// application creates a Shop whose pod mounts claim (of the default StorageClass) and fills the
-// volume with random and compressible files; it returns the volume's directory and its tree.
-func (e *env) application(t *testing.T, ns, name, claim string) (dir string, want map[string]string, size int64) {
+// application creates a Shop whose pod mounts claim (of StorageClass class, empty for the default)
+// and fills the volume with random and compressible files; it returns the volume's directory and
+// its tree.
+func (e *env) application(t *testing.T, ns, name, claim, class string) (dir string, want map[string]string, size int64) {
 	require.NoError(t, e.cl.Create(e.ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps.cozystack.io/v1alpha1", "kind": "Shop",
 		"metadata": map[string]any{"name": name, "namespace": ns}}}))
-	shop(t, e.ctx, e.cl, ns, name, claim)
-	dir = volumeDir(t, e.ctx, e.cl, ns, claim)
+	shop(t, e.ctx, e.cl, ns, name, claim, class)
+	dir = e.volumeDir(t, ns, claim)
 	files := map[string][]byte{"catalog.txt": []byte("tea\ncoffee\n"), "orders/2031/03.csv": []byte("id,qty\n1,2\n"), "orders/empty.csv": nil}
 	blob := make([]byte, 4<<20)
 	_, _ = rand.Read(blob)
@@ -225,7 +244,7 @@ func (e *env) velero(t *testing.T) {
 			Parameters:  map[string]string{"backupStorageLocationName": velerostack.BSLName}}}}}))
 	ns := e.namespace(t, "shop")
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "shop"}
-	dir, want, size := e.application(t, ns, "shop", "data")
+	dir, want, size := e.application(t, ns, "shop", "data", "")
 	// A file only its owner reads, as a database keeps its data: the owner is the user the
 	// application's container runs as (not its pod's), so the verifier's reader, which runs as
 	// that user, reads it.
@@ -307,7 +326,7 @@ func (e *env) velero(t *testing.T) {
 	for _, name := range others {
 		running(t, ctx, cl, ns, name)
 	}
-	got := tree(t, volumeDir(t, ctx, cl, ns, "data"))
+	got := tree(t, e.volumeDir(t, ns, "data"))
 	for p := range got {
 		if p == ".velero" || strings.HasPrefix(p, ".velero/") {
 			delete(got, p) // the marker Velero's restore leaves for its init container
@@ -379,14 +398,78 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 	}
 	require.NotNil(t, corrupt, "%+v", res.Spec.Findings)
 	assert.Equal(t, securityv1.SeverityCritical, corrupt.Severity)
-	assert.Contains(t, corrupt.Object, "velero.io/PodVolumeBackup "+velerostack.Namespace+"/")
-	assert.Contains(t, corrupt.Message, "volume "+v.PodVolume+" of pod "+ns+"/"+v.Pod)
+	if v.Method == veleroapi.VolumeMethodDataMover {
+		assert.Equal(t, "velero.io/DataUpload "+velerostack.Namespace+"/"+v.Source, corrupt.Object)
+		assert.Contains(t, corrupt.Message, "claim "+ns+"/"+v.PersistentVolumeClaim)
+	} else {
+		assert.Contains(t, corrupt.Object, "velero.io/PodVolumeBackup "+velerostack.Namespace+"/")
+		assert.Contains(t, corrupt.Message, "volume "+v.PodVolume+" of pod "+ns+"/"+v.Pod)
+	}
 	assert.Contains(t, corrupt.Message, v.SnapshotID)
+}
+
+// veleroDataMover backs up a claim of the node's CSI driver as Cozystack's default strategy does
+// (a CSI snapshot whose data Velero's data mover copies to the storage location): the Backup
+// records the claim's data, checksum-only reads every file of it from the repository and finds
+// one flipped byte, Velero leaves no snapshot behind, and once the claim and its volume are
+// deleted a RestoreJob provisions a new one with every file back.
+func (e *env) veleroDataMover(t *testing.T) {
+	ctx, cl := e.ctx, e.cl
+	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "velero-snapshots"}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: "namespace-with-volume-snapshots"},
+			Parameters:  map[string]string{"backupStorageLocationName": velerostack.BSLName}}}}}))
+	ns := e.namespace(t, "mart")
+	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "mart"}
+	dir, want, size := e.application(t, ns, "mart", "data", csidir.StorageClass)
+
+	backup := e.backup(t, ns, "mart-1", "velero-snapshots", app)
+	data, ok, err := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
+	require.NoError(t, err)
+	require.True(t, ok, "the Backup records its volume data: %s", backup.Status.UnderlyingResources)
+	require.Len(t, data.Volumes, 1)
+	v := data.Volumes[0]
+	assert.Equal(t, veleroapi.VolumeMethodDataMover, v.Method)
+	assert.Equal(t, ns, v.Namespace)
+	assert.Equal(t, "data", v.PersistentVolumeClaim)
+	assert.Equal(t, "Completed", v.Phase)
+	assert.NotEmpty(t, v.SnapshotID)
+	assert.NotEmpty(t, v.Source, "the DataUpload")
+	assert.Equal(t, velerostack.BSLName, v.StorageLocation)
+	assert.Equal(t, size, v.Bytes, "the data mover counted every byte of the files")
+	// The snapshot was the data mover's source only: Velero deleted it, and the driver its copy.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		snaps := &unstructured.UnstructuredList{}
+		snaps.SetAPIVersion("snapshot.storage.k8s.io/v1")
+		snaps.SetKind("VolumeSnapshotContentList")
+		if err := cl.List(ctx, snaps); err != nil {
+			return false, err
+		}
+		return len(snaps.Items) == 0, nil
+	}), "no VolumeSnapshotContent is left")
+
+	var files int64
+	for _, sum := range want {
+		if sum != "dir" {
+			files++
+		}
+	}
+	e.verifyVolumeData(t, ns, backup, v, files, size)
+
+	// The claim is lost with its volume; the restore provisions a new one and fills it.
+	e.lose(t, ns, "mart", "data", dir)
+	rj := e.restore(t, ns, "mart-1", backup)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	running(t, ctx, cl, ns, "mart")
+	assert.Equal(t, want, tree(t, e.volumeDir(t, ns, "data")), "every file is back byte for byte")
 }
 
 // deployVerifier runs the verifier as deploy/verifier ships it (its Deployment on the node, with
 // deploy/verifier/velero applied and its own read-only store identity), and waits for it.
 func (e *env) deployVerifier(t testing.TB) {
+	if e.verifierDeployed {
+		return
+	}
 	ctx, cl := e.ctx, e.cl
 	root, err := manifests.RepoRoot()
 	require.NoError(t, err)
@@ -410,6 +493,7 @@ func (e *env) deployVerifier(t testing.TB) {
 		}
 	})
 	require.NoError(t, manifests.WaitRolledOut(ctx, cl, client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}, 3*time.Minute))
+	e.verifierDeployed = true
 }
 
 // fullRestore runs a full-restore verification of Velero backup name (the verifier's velero
@@ -658,7 +742,7 @@ func (e *env) jobDriver(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-s3", Namespace: ns},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": velerostack.AccessKey, "AWS_SECRET_ACCESS_KEY": velerostack.SecretKey}}))
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "cart"}
-	dir, want, size := e.application(t, ns, "cart", "cart-data")
+	dir, want, size := e.application(t, ns, "cart", "cart-data", "")
 
 	backup := e.backup(t, ns, "cart-1", "job-volumes", app)
 	assert.Greater(t, backup.Status.Artifact.SizeBytes, int64(0))
@@ -669,10 +753,76 @@ func (e *env) jobDriver(t *testing.T) {
 	// claim that any scheduled pod names, finished or not (docs/driver-job.md).
 	require.NoError(t, cl.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground)))
 	e.lose(t, ns, "cart", "cart-data", dir)
-	claim(t, ctx, cl, ns, "cart-data")
+	claim(t, ctx, cl, ns, "cart-data", "")
 	rj := e.restore(t, ns, "cart-1", backup)
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
-	assert.Equal(t, want, tree(t, volumeDir(t, ctx, cl, ns, "cart-data")), "every file is back byte for byte")
+	assert.Equal(t, want, tree(t, e.volumeDir(t, ns, "cart-data")), "every file is back byte for byte")
+}
+
+// jobDriverSnapshotFirst backs up a claim of the node's CSI driver with the sample strategy
+// volume-tar made snapshot-first (spec.volumeSnapshot): the backup Job reads a clone of a CSI
+// snapshot of the claim, which the driver deletes with the snapshot once the Job has ended; the
+// claim is lost and a new one restored byte for byte.
+func (e *env) jobDriverSnapshotFirst(t *testing.T) {
+	ctx, cl := e.ctx, e.cl
+	const bucket = "coffer-job-snapshots"
+	require.NoError(t, e.stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}))
+	root, err := manifests.RepoRoot()
+	require.NoError(t, err)
+	samples, err := manifests.Render(filepath.Join(root, "deploy", "samples"))
+	require.NoError(t, err)
+	var strategy *unstructured.Unstructured
+	for _, o := range samples {
+		if o.GetKind() == "JobBackupStrategy" && o.GetName() == "volume-tar" {
+			strategy = o.DeepCopy()
+		}
+	}
+	require.NotNil(t, strategy)
+	strategy.SetName("volume-tar-snapshot-first")
+	require.NoError(t, unstructured.SetNestedMap(strategy.Object, map[string]any{"volumeSnapshotClassName": csidir.SnapshotClass}, "spec", "volumeSnapshot"))
+	require.NoError(t, cl.Create(ctx, strategy))
+	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "job-snapshots"}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strategy.GetName()},
+			Parameters:  map[string]string{"endpoint": e.stack.S3URL(), "bucket": bucket, "credentialsSecret": "coffer-s3"}}}}}))
+	ns := e.namespace(t, "deli")
+	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-s3", Namespace: ns},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": velerostack.AccessKey, "AWS_SECRET_ACCESS_KEY": velerostack.SecretKey}}))
+	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "deli"}
+	dir, want, _ := e.application(t, ns, "deli", "deli-data", csidir.StorageClass)
+
+	backup := e.backup(t, ns, "deli-1", "job-snapshots", app)
+	jobs := &batchv1.JobList{}
+	require.NoError(t, cl.List(ctx, jobs, client.InNamespace(ns)))
+	require.Len(t, jobs.Items, 1)
+	var mounted []string
+	for _, v := range jobs.Items[0].Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			mounted = append(mounted, v.PersistentVolumeClaim.ClaimName)
+			assert.True(t, v.PersistentVolumeClaim.ReadOnly, "the clone is mounted read-only")
+		}
+	}
+	require.Len(t, mounted, 1)
+	assert.NotEqual(t, "deli-data", mounted[0], "the Job read a clone, not the application's claim")
+	// The snapshot is gone once the Job has ended, and the clone with the Job.
+	require.NoError(t, cl.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		snaps := &unstructured.UnstructuredList{}
+		snaps.SetAPIVersion("snapshot.storage.k8s.io/v1")
+		snaps.SetKind("VolumeSnapshotList")
+		if err := cl.List(ctx, snaps, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: mounted[0]}, &corev1.PersistentVolumeClaim{})
+		return len(snaps.Items) == 0 && apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	}), "the snapshot and the clone are deleted")
+	t.Logf("Backup %s: %s, %d bytes", backup.Name, backup.Status.Artifact.URI, backup.Status.Artifact.SizeBytes)
+
+	e.lose(t, ns, "deli", "deli-data", dir)
+	claim(t, ctx, cl, ns, "deli-data", csidir.StorageClass)
+	rj := e.restore(t, ns, "deli-1", backup)
+	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
+	assert.Equal(t, want, tree(t, e.volumeDir(t, ns, "deli-data")), "every file is back byte for byte")
 }
 
 // shopUser is the user the application's container runs as; its pod says podUser, which the
@@ -682,10 +832,10 @@ const (
 	podUser  = 1000
 )
 
-// shop creates a claim of the default StorageClass and a pod that mounts it, its container
-// running as shopUser, and waits until the pod runs (the claim is then bound: WaitForFirstConsumer).
-func shop(t testing.TB, ctx context.Context, cl client.Client, ns, name, claimName string) {
-	claim(t, ctx, cl, ns, claimName)
+// shop creates a claim of StorageClass class (empty for the default) and a pod that mounts it, its
+// container running as shopUser, and waits until the pod runs (the claim is then bound).
+func shop(t testing.TB, ctx context.Context, cl client.Client, ns, name, claimName, class string) {
+	claim(t, ctx, cl, ns, claimName, class)
 	require.NoError(t, cl.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
 		SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](podUser)},
 		Containers: []corev1.Container{{Name: "shop", Image: images.PauseName, ImagePullPolicy: corev1.PullNever,
@@ -696,11 +846,15 @@ func shop(t testing.TB, ctx context.Context, cl client.Client, ns, name, claimNa
 	running(t, ctx, cl, ns, name)
 }
 
-// claim creates a claim of 256 MiB of the default StorageClass.
-func claim(t testing.TB, ctx context.Context, cl client.Client, ns, name string) {
+// claim creates a claim of 256 MiB of StorageClass class (empty for the default).
+func claim(t testing.TB, ctx context.Context, cl client.Client, ns, name, class string) {
+	var sc *string
+	if class != "" {
+		sc = &class
+	}
 	require.NoError(t, cl.Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("256Mi")}}}}))
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: sc,
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("256Mi")}}}}))
 }
 
 // dump logs what Velero and the namespace hold, for a failed test.
@@ -745,14 +899,19 @@ func running(t testing.TB, ctx context.Context, cl client.Client, ns, name strin
 	}), "pod %s/%s runs: %v", ns, name, p.Status)
 }
 
-// volumeDir is the directory on the node that holds claim's volume.
-func volumeDir(t testing.TB, ctx context.Context, cl client.Client, ns, claim string) string {
+// volumeDir is the directory on the node that holds claim's volume (a local volume's path, or
+// the CSI driver's directory of the volume).
+func (e *env) volumeDir(t testing.TB, ns, claim string) string {
 	t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc))
+	require.NoError(t, e.cl.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc))
 	require.NotEmpty(t, pvc.Spec.VolumeName, "the claim is bound")
 	pv := &corev1.PersistentVolume{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv))
+	require.NoError(t, e.cl.Get(e.ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv))
+	if pv.Spec.CSI != nil {
+		require.Equal(t, csidir.Driver, pv.Spec.CSI.Driver)
+		return filepath.Join(e.csi.Volumes, pv.Spec.CSI.VolumeHandle)
+	}
 	require.NotNil(t, pv.Spec.Local, "a local volume")
 	return pv.Spec.Local.Path
 }

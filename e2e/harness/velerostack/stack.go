@@ -105,8 +105,9 @@ func Start(ctx context.Context, c *cluster.Cluster) (*Stack, error) {
 }
 
 // StartOn is Start with MinIO listening on host: a real node's IP, for pods (Velero's node
-// agent) to reach it.
-func StartOn(ctx context.Context, c *cluster.Cluster, host string) (_ *Stack, err error) {
+// agent) to reach it. features are Velero's feature flags (`velero server --features`), e.g.
+// "EnableCSI" for CSI snapshots, which needs the VolumeSnapshot CRDs installed.
+func StartOn(ctx context.Context, c *cluster.Cluster, host string, features ...string) (_ *Stack, err error) {
 	assets, err := Assets()
 	if err != nil {
 		return nil, err
@@ -160,6 +161,9 @@ func StartOn(ctx context.Context, c *cluster.Cluster, host string) (_ *Stack, er
 	s.veleroArgs = []string{"server", "--kubeconfig=" + c.Kubeconfig, "--namespace=" + Namespace, "--plugin-dir=" + filepath.Join(dir, "plugins"),
 		"--metrics-address=" + s.veleroMetrics, "--profiler-address=127.0.0.1:" + strconv.Itoa(profilerPort),
 		"--store-validation-frequency=10s", "--backup-sync-period=10s", "--log-level=info"}
+	if len(features) > 0 {
+		s.veleroArgs = append(s.veleroArgs, "--features="+strings.Join(features, ","))
+	}
 	if err := s.startVelero(); err != nil {
 		return nil, err
 	}
