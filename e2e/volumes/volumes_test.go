@@ -204,6 +204,32 @@ func (e *env) backup(t *testing.T, ns, name, class string, app corev1.TypedLocal
 	return backup
 }
 
+// backupOfOneVolume runs a BackupJob of app with class and returns its Backup, Ready, and the one
+// volume it records, moved by method, of namespace ns.
+func (e *env) backupOfOneVolume(t *testing.T, ns, name, class string, app corev1.TypedLocalObjectReference, method string) (*backupsv1.Backup, veleroapi.VolumeRecord) {
+	t.Helper()
+	backup := e.backup(t, ns, name, class, app)
+	data, ok, err := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
+	require.NoError(t, err)
+	require.True(t, ok, "the Backup records its volume data: %s", backup.Status.UnderlyingResources)
+	require.Len(t, data.Volumes, 1)
+	v := data.Volumes[0]
+	assert.Equal(t, method, v.Method)
+	assert.Equal(t, ns, v.Namespace)
+	return backup, v
+}
+
+// fileCount is how many regular files a tree (of tree) holds.
+func fileCount(tree map[string]string) int64 {
+	var n int64
+	for _, sum := range tree {
+		if sum != "dir" {
+			n++
+		}
+	}
+	return n
+}
+
 // restore runs a RestoreJob of backup and returns it, ended.
 func (e *env) restore(t *testing.T, ns, name string, backup *backupsv1.Backup) *backupsv1.RestoreJob {
 	rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: backup.Name}}}
@@ -268,14 +294,7 @@ func (e *env) velero(t *testing.T) {
 	running(t, ctx, cl, ns, "shop-ops")
 
 	// A backup: the Backup records the volume's data.
-	backup := e.backup(t, ns, "shop-1", "velero-volumes", app)
-	data, ok, err := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
-	require.NoError(t, err)
-	require.True(t, ok, "the Backup records its volume data: %s", backup.Status.UnderlyingResources)
-	require.Len(t, data.Volumes, 1)
-	v := data.Volumes[0]
-	assert.Equal(t, veleroapi.VolumeMethodFileSystem, v.Method)
-	assert.Equal(t, ns, v.Namespace)
+	backup, v := e.backupOfOneVolume(t, ns, "shop-1", "velero-volumes", app, veleroapi.VolumeMethodFileSystem)
 	assert.Equal(t, "shop", v.Pod)
 	assert.Equal(t, "data", v.PodVolume)
 	assert.Equal(t, "kopia", v.Uploader)
@@ -288,12 +307,7 @@ func (e *env) velero(t *testing.T) {
 	assert.Equal(t, string(pvc.UID), v.PersistentVolumeClaimUID)
 
 	// The verifier reads the volume's data from the repository Velero's node agent wrote.
-	var files int64
-	for _, sum := range want {
-		if sum != "dir" {
-			files++
-		}
-	}
+	files := fileCount(want)
 	e.verifyVolumeData(t, ns, backup, v, files, size)
 	e.fullRestore(t, ns, backup.Spec.DriverMetadata[veleroapi.MetaBackupName], files)
 
@@ -423,14 +437,7 @@ func (e *env) veleroDataMover(t *testing.T) {
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "mart"}
 	dir, want, size := e.application(t, ns, "mart", "data", csidir.StorageClass)
 
-	backup := e.backup(t, ns, "mart-1", "velero-snapshots", app)
-	data, ok, err := veleroapi.VolumeDataOf(backup.Status.UnderlyingResources)
-	require.NoError(t, err)
-	require.True(t, ok, "the Backup records its volume data: %s", backup.Status.UnderlyingResources)
-	require.Len(t, data.Volumes, 1)
-	v := data.Volumes[0]
-	assert.Equal(t, veleroapi.VolumeMethodDataMover, v.Method)
-	assert.Equal(t, ns, v.Namespace)
+	backup, v := e.backupOfOneVolume(t, ns, "mart-1", "velero-snapshots", app, veleroapi.VolumeMethodDataMover)
 	assert.Equal(t, "data", v.PersistentVolumeClaim)
 	assert.Equal(t, "Completed", v.Phase)
 	assert.NotEmpty(t, v.SnapshotID)
@@ -448,12 +455,7 @@ func (e *env) veleroDataMover(t *testing.T) {
 		return len(snaps.Items) == 0, nil
 	}), "no VolumeSnapshotContent is left")
 
-	var files int64
-	for _, sum := range want {
-		if sum != "dir" {
-			files++
-		}
-	}
+	files := fileCount(want)
 	e.verifyVolumeData(t, ns, backup, v, files, size)
 
 	// The claim is lost with its volume; the restore provisions a new one and fills it.

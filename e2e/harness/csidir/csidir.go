@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,11 +109,11 @@ func Start(ctx context.Context, cl client.Client, assets, kubeconfig string, n N
 		return nil, err
 	}
 	common := []string{"--kubeconfig", kubeconfig, "--leader-election=false", "--v=3"}
-	sidecar := append([]string{"--csi-address", sock, "--timeout=2m"}, common...)
-	if err := start("provisioner", filepath.Join(assets, "csi-provisioner"), append(sidecar, "--extra-create-metadata")...); err != nil {
+	sidecar := slices.Concat([]string{"--csi-address", sock, "--timeout=2m", "--extra-create-metadata"}, common)
+	if err := start("provisioner", filepath.Join(assets, "csi-provisioner"), sidecar...); err != nil {
 		return nil, err
 	}
-	if err := start("snapshotter", filepath.Join(assets, "csi-snapshotter"), append(sidecar, "--extra-create-metadata")...); err != nil {
+	if err := start("snapshotter", filepath.Join(assets, "csi-snapshotter"), sidecar...); err != nil {
 		return nil, err
 	}
 	if err := start("snapshot-controller", filepath.Join(assets, "snapshot-controller"), common...); err != nil {
