@@ -204,6 +204,15 @@ func (e *env) backup(t *testing.T, ns, name, class string, app corev1.TypedLocal
 	return backup
 }
 
+// shopClass creates BackupClass name, which backs up Shops with the strategy of group, kind and
+// name and parameters params.
+func (e *env) shopClass(t *testing.T, name, group, kind, strategy string, params map[string]string) {
+	require.NoError(t, e.cl.Create(e.ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: backupsv1.BackupClassSpec{
+		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
+			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(group), Kind: kind, Name: strategy},
+			Parameters:  params}}}}))
+}
+
 // backupOfOneVolume runs a BackupJob of app with class and returns its Backup, Ready, and the one
 // volume it records, moved by method, of namespace ns.
 func (e *env) backupOfOneVolume(t *testing.T, ns, name, class string, app corev1.TypedLocalObjectReference, method string) (*backupsv1.Backup, veleroapi.VolumeRecord) {
@@ -264,10 +273,7 @@ func (e *env) namespace(t testing.TB, prefix string) string {
 
 func (e *env) velero(t *testing.T) {
 	ctx, cl := e.ctx, e.cl
-	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "velero-volumes"}, Spec: backupsv1.BackupClassSpec{
-		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: "namespace-with-volumes"},
-			Parameters:  map[string]string{"backupStorageLocationName": velerostack.BSLName}}}}}))
+	e.shopClass(t, "velero-volumes", veleroapi.Group, veleroapi.Kind, "namespace-with-volumes", map[string]string{"backupStorageLocationName": velerostack.BSLName})
 	ns := e.namespace(t, "shop")
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "shop"}
 	dir, want, size := e.application(t, ns, "shop", "data", "")
@@ -429,10 +435,7 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 // deleted a RestoreJob provisions a new one with every file back.
 func (e *env) veleroDataMover(t *testing.T) {
 	ctx, cl := e.ctx, e.cl
-	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "velero-snapshots"}, Spec: backupsv1.BackupClassSpec{
-		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(veleroapi.Group), Kind: veleroapi.Kind, Name: "namespace-with-volume-snapshots"},
-			Parameters:  map[string]string{"backupStorageLocationName": velerostack.BSLName}}}}}))
+	e.shopClass(t, "velero-snapshots", veleroapi.Group, veleroapi.Kind, "namespace-with-volume-snapshots", map[string]string{"backupStorageLocationName": velerostack.BSLName})
 	ns := e.namespace(t, "mart")
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "mart"}
 	dir, want, size := e.application(t, ns, "mart", "data", csidir.StorageClass)
@@ -736,10 +739,7 @@ func (e *env) jobDriver(t *testing.T) {
 	ctx, cl := e.ctx, e.cl
 	const bucket = "coffer-job" // beside Velero's
 	require.NoError(t, e.stack.S3.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}))
-	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "job-volumes"}, Spec: backupsv1.BackupClassSpec{
-		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: "volume-tar"},
-			Parameters:  map[string]string{"endpoint": e.stack.S3URL(), "bucket": bucket, "credentialsSecret": "coffer-s3"}}}}}))
+	e.shopClass(t, "job-volumes", jobapi.Group, jobapi.Kind, "volume-tar", map[string]string{"endpoint": e.stack.S3URL(), "bucket": bucket, "credentialsSecret": "coffer-s3"})
 	ns := e.namespace(t, "cart")
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-s3", Namespace: ns},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": velerostack.AccessKey, "AWS_SECRET_ACCESS_KEY": velerostack.SecretKey}}))
@@ -783,10 +783,7 @@ func (e *env) jobDriverSnapshotFirst(t *testing.T) {
 	strategy.SetName("volume-tar-snapshot-first")
 	require.NoError(t, unstructured.SetNestedMap(strategy.Object, map[string]any{"volumeSnapshotClassName": csidir.SnapshotClass}, "spec", "volumeSnapshot"))
 	require.NoError(t, cl.Create(ctx, strategy))
-	require.NoError(t, cl.Create(ctx, &backupsv1.BackupClass{ObjectMeta: metav1.ObjectMeta{Name: "job-snapshots"}, Spec: backupsv1.BackupClassSpec{
-		Strategies: []backupsv1.BackupClassStrategy{{Application: backupsv1.ApplicationSelector{Kind: "Shop"},
-			StrategyRef: corev1.TypedLocalObjectReference{APIGroup: ptr.To(jobapi.Group), Kind: jobapi.Kind, Name: strategy.GetName()},
-			Parameters:  map[string]string{"endpoint": e.stack.S3URL(), "bucket": bucket, "credentialsSecret": "coffer-s3"}}}}}))
+	e.shopClass(t, "job-snapshots", jobapi.Group, jobapi.Kind, strategy.GetName(), map[string]string{"endpoint": e.stack.S3URL(), "bucket": bucket, "credentialsSecret": "coffer-s3"})
 	ns := e.namespace(t, "deli")
 	require.NoError(t, cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "coffer-s3", Namespace: ns},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": velerostack.AccessKey, "AWS_SECRET_ACCESS_KEY": velerostack.SecretKey}}))
