@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -114,20 +115,20 @@ func (d *Driver) ensureSnapshot(ctx context.Context, ns, name, claim, class stri
 		snap.SetLabels(labels)
 		snap.SetOwnerReferences([]metav1.OwnerReference{owner})
 		if err := d.Client.Create(ctx, snap); err != nil {
-			if apierrors.IsNotFound(err) || isNoKind(err) {
+			if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 				return nil, driverkit.Failf(ReasonVolumeSnapshotFailed, "VolumeSnapshots cannot be created (is the CSI snapshot controller installed?): %v", err)
 			}
 			return nil, err
 		}
 		return snap, nil
 	}
-	if isNoKind(err) {
+	if meta.IsNoMatchError(err) {
 		return nil, driverkit.Failf(ReasonVolumeSnapshotFailed, "VolumeSnapshots cannot be read (is the CSI snapshot controller installed?): %v", err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if !ownedBy(snap, owner) {
+	if !controlledBy(snap, owner.UID) {
 		return nil, driverkit.Failf(ReasonVolumeSnapshotNameTaken, "VolumeSnapshot %s/%s exists and is not this run's; the backup would read it", ns, name)
 	}
 	if src, _, _ := unstructured.NestedString(snap.Object, "spec", "source", "persistentVolumeClaimName"); src != claim {
@@ -143,7 +144,7 @@ func (d *Driver) ensureClone(ctx context.Context, source *corev1.PersistentVolum
 	err := d.Live.Get(ctx, client.ObjectKey{Namespace: source.Namespace, Name: name}, clone)
 	if err == nil {
 		ds := clone.Spec.DataSource
-		if !ownedBy(clone, owner) || ds == nil || ds.Kind != volumeSnapshotGVK.Kind || ds.Name != name {
+		if !controlledBy(clone, owner.UID) || ds == nil || ds.Kind != volumeSnapshotGVK.Kind || ds.Name != name {
 			return driverkit.Failf(ReasonVolumeSnapshotNameTaken, "claim %s/%s exists and is not this run's clone of its snapshot; the backup would read it", source.Namespace, name)
 		}
 		return nil
@@ -178,7 +179,6 @@ func (d *Driver) releaseSnapshots(ctx context.Context, run *driverkit.BackupRun[
 			continue
 		}
 		key := client.ObjectKey{Namespace: run.Job.Namespace, Name: v.PersistentVolumeClaim.ClaimName}
-		owner := metav1.OwnerReference{UID: run.Job.UID}
 		clone := &corev1.PersistentVolumeClaim{}
 		snap := &unstructured.Unstructured{}
 		snap.SetGroupVersionKind(volumeSnapshotGVK)
@@ -189,7 +189,7 @@ func (d *Driver) releaseSnapshots(ctx context.Context, run *driverkit.BackupRun[
 				}
 				return err
 			}
-			if !ownedBy(o, owner) {
+			if !controlledBy(o, run.Job.UID) {
 				continue // never the run's: not deleted
 			}
 			if err := d.Client.Delete(ctx, o, client.Preconditions{UID: ptr.To(o.GetUID())}); client.IgnoreNotFound(err) != nil {
@@ -200,13 +200,8 @@ func (d *Driver) releaseSnapshots(ctx context.Context, run *driverkit.BackupRun[
 	return nil
 }
 
-// ownedBy says whether o is controlled by owner's UID.
-func ownedBy(o metav1.Object, owner metav1.OwnerReference) bool {
+// controlledBy says whether o's controller is the object of UID uid.
+func controlledBy(o metav1.Object, uid types.UID) bool {
 	c := metav1.GetControllerOf(o)
-	return c != nil && c.UID == owner.UID
-}
-
-// isNoKind says whether err says the API server does not serve VolumeSnapshots.
-func isNoKind(err error) bool {
-	return meta.IsNoMatchError(err)
+	return c != nil && c.UID == uid
 }

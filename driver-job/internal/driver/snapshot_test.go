@@ -60,14 +60,19 @@ func (f *fixture) clones() []corev1.PersistentVolumeClaim {
 	return out
 }
 
-// snapshotReady plays the CSI snapshot controller: the snapshot is ready to use, of restoreSize.
-func (f *fixture) snapshotReady(name, restoreSize string) {
+// snapshotStatus plays the CSI snapshot controller: snapshot name gets status.
+func (f *fixture) snapshotStatus(name string, status map[string]any) {
 	snap := &unstructured.Unstructured{}
 	snap.SetAPIVersion("snapshot.storage.k8s.io/v1")
 	snap.SetKind("VolumeSnapshot")
 	require.NoError(f.t, cl.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, snap))
-	require.NoError(f.t, unstructured.SetNestedField(snap.Object, map[string]any{"readyToUse": true, "restoreSize": restoreSize, "boundVolumeSnapshotContentName": "snapcontent-x"}, "status"))
+	require.NoError(f.t, unstructured.SetNestedField(snap.Object, status, "status"))
 	require.NoError(f.t, cl.Status().Update(f.ctx, snap))
+}
+
+// snapshotReady: the snapshot is ready to use, of restoreSize.
+func (f *fixture) snapshotReady(name, restoreSize string) {
+	f.snapshotStatus(name, map[string]any{"readyToUse": true, "restoreSize": restoreSize, "boundVolumeSnapshotContentName": "snapcontent-x"})
 }
 
 // A snapshot-first backup: the snapshot first, no Job until it is ready, then a clone of it that
@@ -198,12 +203,7 @@ func TestSnapshotFirstBackupFailures(t *testing.T) {
 		bj := f.backupJob()
 		name := driver.SnapshotName(names.Job(names.KindBackupJob, bj.Name, get(t, bj).UID), "data")
 		reconcileOnce(t, f.backupReconciler(cl), bj)
-		snap := &unstructured.Unstructured{}
-		snap.SetAPIVersion("snapshot.storage.k8s.io/v1")
-		snap.SetKind("VolumeSnapshot")
-		require.NoError(t, cl.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, snap))
-		require.NoError(t, unstructured.SetNestedField(snap.Object, map[string]any{"readyToUse": false, "error": map[string]any{"message": "the disk is gone"}}, "status"))
-		require.NoError(t, cl.Status().Update(f.ctx, snap))
+		f.snapshotStatus(name, map[string]any{"readyToUse": false, "error": map[string]any{"message": "the disk is gone"}})
 		reconcileOnce(t, f.backupReconciler(cl), bj)
 		bj = get(t, bj)
 		require.Equal(t, backupsv1.BackupJobFailed, bj.Status.Phase)
@@ -215,7 +215,7 @@ func TestSnapshotFirstBackupFailures(t *testing.T) {
 	t.Run("the claim does not exist", func(t *testing.T) {
 		f := snapshotFirst(t)
 		require.NoError(t, cl.Delete(f.ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "web-data", Namespace: f.ns}}))
-		require.NoError(t, waitGone(f, "web-data"))
+		require.NoError(t, dropProtection(f, "web-data"))
 		bj := f.backupJob()
 		reconcileOnce(t, f.backupReconciler(cl), bj)
 		bj = get(t, bj)
@@ -226,9 +226,9 @@ func TestSnapshotFirstBackupFailures(t *testing.T) {
 	})
 }
 
-// waitGone removes the protection finalizer of claim name (no controller does here) so that its
-// deletion completes.
-func waitGone(f *fixture, name string) error {
+// dropProtection removes the protection finalizer of claim name (no controller does here) so that
+// its deletion completes.
+func dropProtection(f *fixture, name string) error {
 	c := &corev1.PersistentVolumeClaim{}
 	if err := cl.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, c); err != nil {
 		return client.IgnoreNotFound(err)

@@ -453,6 +453,12 @@ func copyTree(src, dst string) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
+	// Directories' times are set last: writing into a directory changes its modification time.
+	type dirTime struct {
+		path string
+		mod  time.Time
+	}
+	var dirs []dirTime
 	err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -471,6 +477,7 @@ func copyTree(src, dst string) error {
 			if err := os.Mkdir(to, 0o700); err != nil {
 				return err
 			}
+			dirs = append(dirs, dirTime{to, info.ModTime()})
 		case e.Type()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
@@ -491,20 +498,10 @@ func copyTree(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	// Directories' times last: writing into a directory changes its modification time.
-	err = filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.IsDir() {
+	for _, d := range dirs {
+		if err := os.Chtimes(d.path, d.mod, d.mod); err != nil {
 			return err
 		}
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		return os.Chtimes(filepath.Join(tmp, rel), info.ModTime(), info.ModTime())
-	})
-	if err != nil {
-		return err
 	}
 	return os.Rename(tmp, dst)
 }
