@@ -431,17 +431,31 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 // veleroDataMover backs up a claim of the node's CSI driver as Cozystack's default strategy does
 // (a CSI snapshot whose data Velero's data mover copies to the storage location): the Backup
 // records the claim's data, checksum-only reads every file of it from the repository and finds
-// one flipped byte, Velero leaves no snapshot behind, and once the claim and its volume are
+// one flipped byte, Velero leaves no snapshot behind, a full-restore verification restores the
+// claim into a volume sandbox and compares every file, and once the claim and its volume are
 // deleted a RestoreJob provisions a new one with every file back.
 func (e *env) veleroDataMover(t *testing.T) {
 	ctx, cl := e.ctx, e.cl
 	e.shopClass(t, "velero-snapshots", veleroapi.Group, veleroapi.Kind, "namespace-with-volume-snapshots", map[string]string{"backupStorageLocationName": velerostack.BSLName})
 	ns := e.namespace(t, "mart")
 	app := corev1.TypedLocalObjectReference{APIGroup: ptr.To("apps.cozystack.io"), Kind: "Shop", Name: "mart"}
-	dir, want, size := e.application(t, ns, "mart", "data", csidir.StorageClass)
+	dir, _, size := e.application(t, ns, "mart", "data", csidir.StorageClass)
+	// The volume is the application's user's, with a file only that user reads: restored by the
+	// data mover, no pod of the application brings its user back, so the verifier's reader runs as
+	// the volume's owner in the repository's record of it.
+	private := filepath.Join(dir, "db", "private.dat")
+	require.NoError(t, os.MkdirAll(filepath.Dir(private), 0o700))
+	require.NoError(t, os.WriteFile(private, []byte("card numbers\n"), 0o600))
+	for _, p := range []string{dir, filepath.Dir(private), private} {
+		require.NoError(t, os.Chown(p, shopUser, shopUser))
+	}
+	want, size := tree(t, dir), size+int64(len("card numbers\n"))
 
 	backup, v := e.backupOfOneVolume(t, ns, "mart-1", "velero-snapshots", app, veleroapi.VolumeMethodDataMover)
 	assert.Equal(t, "data", v.PersistentVolumeClaim)
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "data"}, pvc))
+	assert.Equal(t, string(pvc.UID), v.PersistentVolumeClaimUID, "the claim backed up, not one of its name")
 	assert.Equal(t, "Completed", v.Phase)
 	assert.NotEmpty(t, v.SnapshotID)
 	assert.NotEmpty(t, v.Source, "the DataUpload")
@@ -460,6 +474,9 @@ func (e *env) veleroDataMover(t *testing.T) {
 
 	files := fileCount(want)
 	e.verifyVolumeData(t, ns, backup, v, files, size)
+	// Full-restore: the data mover restores the claim into a volume sandbox, where the verifier's
+	// reader (as the volume's owner) reads every file, compared with the repository's record.
+	e.cofferFullRestore(t, ns, backup, files)
 
 	// The claim is lost with its volume; the restore provisions a new one and fills it.
 	e.lose(t, ns, "mart", "data", dir)

@@ -17,8 +17,8 @@
 // annotations, minus
 //   - what Velero's restore sets or clears (its restore item actions): the labels
 //     velero.io/backup-name and velero.io/restore-name; a Service's cluster IPs (unless headless),
-//     node ports and health-check node port; a PersistentVolumeClaim's volumeName and binding
-//     annotations; a ServiceAccount's token Secrets; a Job's controller-uid selector and labels; a
+//     node ports and health-check node port; a PersistentVolumeClaim's volumeName, binding
+//     annotations and the selector label velero.io/dynamic-pv-restore (its data mover's); a ServiceAccount's token Secrets; a Job's controller-uid selector and labels; a
 //     service-account-token Secret's token, ca.crt and namespace keys and its service-account.uid
 //     annotation (the token controller's);
 //   - what the sandbox changes on purpose, so that no restored workload starts a pod: replicas and
@@ -77,6 +77,11 @@ var (
 	jobControllerLabels = []string{"controller-uid", "batch.kubernetes.io/controller-uid"}
 )
 
+// dynamicPVRestoreLabel is the label Velero's data mover restore selects a restored claim's volume
+// by (velerov1.DynamicPVRestoreLabel).
+const dynamicPVRestoreLabel = "velero.io/dynamic-pv-restore"
+
+
 var (
 	gkConfigMap   = schema.GroupKind{Kind: "ConfigMap"}
 	gkSecret      = schema.GroupKind{Kind: "Secret"}
@@ -119,6 +124,18 @@ func Normalize(obj map[string]any, gk schema.GroupKind, mapping map[string]strin
 		}
 	case gkPVC:
 		delete(spec, "volumeName")
+		// Velero's data mover restore selects the volume its DataDownload provisions.
+		if sel, ok := spec["selector"].(map[string]any); ok {
+			if ml, ok := sel["matchLabels"].(map[string]any); ok {
+				delete(ml, dynamicPVRestoreLabel)
+				if len(ml) == 0 {
+					delete(sel, "matchLabels")
+				}
+			}
+			if len(sel) == 0 {
+				delete(spec, "selector")
+			}
+		}
 		for _, k := range pvcBindingAnnotations {
 			delete(annotations, k)
 		}

@@ -148,6 +148,26 @@ func TestNormalize(t *testing.T) {
 			equal:  true,
 		},
 		{
+			name:   "PersistentVolumeClaim: the data mover's selector",
+			gk:     gk("", "PersistentVolumeClaim"),
+			backup: `{"spec":{"resources":{"requests":{"storage":"1Gi"}}}}`,
+			live:   `{"spec":{"selector":{"matchLabels":{"velero.io/dynamic-pv-restore":"shop.data.x7k2p"}},"resources":{"requests":{"storage":"1Gi"}}}}`,
+			equal:  true,
+		},
+		{
+			name:   "PersistentVolumeClaim: a selector of its own, with the data mover's label",
+			gk:     gk("", "PersistentVolumeClaim"),
+			backup: `{"spec":{"selector":{"matchLabels":{"tier":"fast"}}}}`,
+			live:   `{"spec":{"selector":{"matchLabels":{"tier":"fast","velero.io/dynamic-pv-restore":"shop.data.x7k2p"}}}}`,
+			equal:  true,
+		},
+		{
+			name:   "PersistentVolumeClaim: another selector differs",
+			gk:     gk("", "PersistentVolumeClaim"),
+			backup: `{"spec":{"selector":{"matchLabels":{"tier":"fast"}}}}`,
+			live:   `{"spec":{"selector":{"matchLabels":{"tier":"slow"}}}}`,
+		},
+		{
 			name:   "ServiceAccount: token Secrets",
 			gk:     gk("", "ServiceAccount"),
 			backup: `{"metadata":{"name":"ci"},"secrets":[{"name":"ci-token-abcde"}],"imagePullSecrets":[{"name":"reg"}]}`,

@@ -119,6 +119,8 @@ type File struct {
 type Stats struct {
 	Files, Dirs int64
 	Bytes       int64
+	// RootUID and RootGID own the snapshot's root directory, as the uploader recorded them.
+	RootUID, RootGID uint32
 }
 
 // Damage is a fact about the data: something the snapshot needs is missing, or does not verify.
@@ -178,6 +180,7 @@ func (r *Repository) Read(ctx context.Context, id string, visit func(File) error
 	if err != nil {
 		return st, damage(err, "")
 	}
+	st.RootUID, st.RootGID = root.Owner().UserID, root.Owner().GroupID
 	type job struct {
 		f fs.File
 		p string

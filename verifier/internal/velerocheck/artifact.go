@@ -178,7 +178,7 @@ func (a *ArtifactReader) Cleanup(ctx context.Context, run *securityv1.BackupVeri
 
 // unverifiedVolumes lists the volumes whose data Backup b records (driver-velero's
 // VeleroVolumeData) that the full-restore did not restore (restored: the kopia snapshots it did):
-// those moved from CSI snapshots, and any Velero holds no file-system record of; "" when none.
+// any Velero holds no complete kopia record of; "" when none.
 func unverifiedVolumes(b *backupsv1.Backup, restored []string) string {
 	data, _, err := velerodriverv1.VolumeDataOf(b.Status.UnderlyingResources)
 	if err != nil {

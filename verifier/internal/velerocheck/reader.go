@@ -51,6 +51,8 @@ type treeDigest struct {
 	First      string `json:"first,omitempty"`
 
 	sum *big.Int
+	// uid and gid own the tree's root, in the repository's record of it.
+	uid, gid uint32
 }
 
 var digestModulus = new(big.Int).Lsh(big.NewInt(1), 256)

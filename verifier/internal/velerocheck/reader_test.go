@@ -343,3 +343,64 @@ func TestReaderThatCannotStart(t *testing.T) {
 	assert.Equal(t, securityv1.SeverityMedium, out.Findings[0].Severity)
 	assert.Contains(t, out.Findings[0].Message, "never ran: the kubelet cannot start it on node n1 (ErrImageNeverPull")
 }
+
+// TestDataMoverClaimsGetReadersOfTheirOwn: a claim the data mover moved is restored without a pod,
+// and read by a reader pod the verifier makes: a reader by isReader's rules (so the sandbox admits
+// it), restricted, the claim read-only, as the volume's owner (65532 for root); a claim the restore
+// did not bring is critical when it completed, not compared when it partially failed.
+func TestDataMoverClaimsGetReadersOfTheirOwn(t *testing.T) {
+	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{UID: "4f1c7c1e-0000-4000-8000-000000000001"}}
+	mover := volume{object: "velero.io/DataUpload velero/du", name: "claim shop/data", namespace: "shop", location: "default", uploader: "kopia",
+		phase: "Completed", snapshot: "k2", method: veleroapi.VolumeMethodDataMover, claim: "data"}
+	fsb := volume{object: "velero.io/PodVolumeBackup velero/pvb", name: "volume data of pod shop/web", namespace: "shop", uploader: "kopia",
+		phase: "Completed", snapshot: "k1", method: veleroapi.VolumeMethodFileSystem, pod: "web", podVolume: "data"}
+	failed := mover
+	failed.phase, failed.claim = "Failed", "other"
+	byNS := restorableVolumes(run, []volume{mover, fsb, failed}, []string{"shop"})
+	require.Len(t, byNS["shop"], 2, "the file-system volume and the completed data movement")
+	got := byNS["shop"][0]
+	assert.Equal(t, moverReaderName(run, "data"), got.pod)
+	assert.Contains(t, got.pod, string(run.UID), "named after the run, which no backup made before it can know")
+	assert.Equal(t, moverVolume, got.podVolume)
+	assert.Equal(t, fsb, byNS["shop"][1], "a file-system volume is read where its pod is restored")
+	assert.Empty(t, restorableVolumes(run, []volume{mover}, []string{"cart"}), "only of the namespaces restored")
+
+	c := &Checker{ReaderImage: "coffer/verifier:v1"}
+	p := c.moverReader(run, "sb", got, &treeDigest{uid: 1001, gid: 1002})
+	assert.True(t, c.isReader(p), "the sandbox's check takes it for a reader")
+	assert.Equal(t, "sb", p.Namespace)
+	assert.Equal(t, []int64{1001, 1002}, []int64{*p.Spec.SecurityContext.RunAsUser, *p.Spec.SecurityContext.RunAsGroup}, "the volume's owner")
+	assert.True(t, *p.Spec.SecurityContext.RunAsNonRoot)
+	assert.False(t, *p.Spec.AutomountServiceAccountToken)
+	require.Len(t, p.Spec.Volumes, 1)
+	assert.Equal(t, &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: true}, p.Spec.Volumes[0].PersistentVolumeClaim)
+	r := p.Spec.Containers[0]
+	assert.Equal(t, []corev1.VolumeMount{{Name: moverVolume, MountPath: restoresDir + "/" + moverVolume, ReadOnly: true}}, r.VolumeMounts)
+	assert.False(t, *r.SecurityContext.AllowPrivilegeEscalation)
+	assert.True(t, *r.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, []corev1.Capability{"ALL"}, r.SecurityContext.Capabilities.Drop)
+	root := c.moverReader(run, "sb", got, &treeDigest{})
+	assert.Equal(t, []int64{65532, 65532}, []int64{*root.Spec.SecurityContext.RunAsUser, *root.Spec.SecurityContext.RunAsGroup}, "never root")
+
+	// Compared as any reader's report; a claim the restore did not bring has no reader.
+	backup := &treeDigest{}
+	backup.add("a", 1, sum("1"))
+	backup.seal()
+	report, err := json.Marshal(readerReport{Volumes: map[string]*treeDigest{moverVolume: backup}})
+	require.NoError(t, err)
+	reader := readerPod(string(report))
+	reader.Name = got.pod
+	out := &backend.Outcome{}
+	compareVolumes(map[string][]volume{"shop": {got}}, map[string]string{"shop": "sb"}, map[string]*treeDigest{"k2": backup},
+		map[string]*corev1.Pod{"sb/" + got.pod: reader}, "velero.io/Restore bvv", false, out)
+	require.Len(t, out.Findings, 1)
+	assert.Equal(t, securityv1.CodeVolumeDataMatch, out.Findings[0].Code)
+	for partial, want := range map[bool]string{false: securityv1.CodeVolumeDataRestoreMismatch, true: securityv1.CodeVolumeDataNotRead} {
+		out := &backend.Outcome{}
+		compareVolumes(map[string][]volume{"shop": {got}}, map[string]string{"shop": "sb"}, map[string]*treeDigest{"k2": backup}, nil, "velero.io/Restore bvv", partial, out)
+		require.Len(t, out.Findings, 1)
+		assert.Equal(t, want, out.Findings[0].Code, "partial %v", partial)
+		assert.Contains(t, out.Findings[0].Message, "no bound claim data", "partial %v", partial)
+		assert.Contains(t, out.Findings[0].Message, "volume sandbox sb", "partial %v", partial)
+	}
+}

@@ -14,7 +14,10 @@ import (
 	velerov1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	backupsv1 "github.com/coffer-backup/coffer/apis/backups/v1alpha1"
@@ -36,7 +39,10 @@ import (
 // and every pod loses its containers, init containers and identity for one container of the
 // verifier's own image (ReaderContainer, ReadVolumesCommand, non-root, read-only), keeping only
 // Velero's restore helper, run non-root too, and, for the reader, the helper's mounts of the
-// volumes restored. Nothing of the backup's runs there. Each reader digests the files of each
+// volumes restored. Nothing of the backup's runs there. A claim whose CSI snapshot Velero's data
+// mover moved needs no pod: the same Restore brings the claim, and the data mover fills and binds
+// it; the verifier then creates one reader pod of its own per such claim (moverReader: the claim
+// mounted read-only, as the volume's owner in the repository's record). Each reader digests the files of each
 // volume once the helper let it start (after the node agent restored the data) and ends; its
 // report is its termination message. The verifier reads the same volumes' snapshots whole from
 // the repository (as checksum-only does) and compares: count, bytes and a digest of every file's
@@ -73,17 +79,112 @@ func volumeSandboxNames(run *securityv1.BackupVerifyRun, sources []string) map[s
 	return out
 }
 
-// restorableVolumes are the file-system volume data of vols that a volume restore brings back:
-// complete, written by kopia, with a snapshot, of a namespace the backup restores; by namespace.
-func restorableVolumes(vols []volume, sources []string) map[string][]volume {
+// restorableVolumes are the volume data of vols that a volume restore brings back: complete,
+// written by kopia, with a snapshot, of a namespace the backup restores; by namespace. A
+// file-system backup's volume is read by the reader its restored pod becomes; a claim whose CSI
+// snapshot the data mover moved is restored by Velero's data mover alone (no pod), and read by a
+// reader pod of the verifier's own (pod and podVolume set to moverReader's).
+func restorableVolumes(run *securityv1.BackupVerifyRun, vols []volume, sources []string) map[string][]volume {
 	out := map[string][]volume{}
 	for _, v := range vols {
-		if v.method == string(veleroapi.VolumeMethodFileSystem) && v.phase == string(velerov1.PodVolumeBackupPhaseCompleted) &&
-			v.uploader == "kopia" && v.snapshot != "" && v.pod != "" && slices.Contains(sources, v.namespace) {
-			out[v.namespace] = append(out[v.namespace], v)
+		if v.phase != string(velerov1.PodVolumeBackupPhaseCompleted) || v.uploader != "kopia" || v.snapshot == "" || !slices.Contains(sources, v.namespace) {
+			continue
 		}
+		switch {
+		case v.method == string(veleroapi.VolumeMethodFileSystem) && v.pod != "":
+		case v.method == string(veleroapi.VolumeMethodDataMover) && v.claim != "":
+			v.pod, v.podVolume = moverReaderName(run, v.claim), moverVolume
+		default:
+			continue
+		}
+		out[v.namespace] = append(out[v.namespace], v)
 	}
 	return out
+}
+
+// moverVolume is the pod volume, and the directory under /restores, of the claim a mover reader
+// reads.
+const moverVolume = "claim"
+
+// moverReaderName names the reader pod of run that reads restored claim: the run's UID in it, so
+// no pod of a backup (made before the run) can have taken the name.
+func moverReaderName(run *securityv1.BackupVerifyRun, claim string) string {
+	return backupsv1.BoundedName(backupsv1.MaxGeneratedNameLength, "coffer-reader", string(run.UID), claim)
+}
+
+// moverReader is the reader pod of volume v (a claim the data mover moved) in volume sandbox ns:
+// the verifier's reader, alone, non-root and restricted, mounting the restored claim read-only. It
+// runs as the user and group that own the volume's root in the repository's record of it (the
+// user an application writing there runs as, most likely), 65532 for root.
+func (c *Checker) moverReader(run *securityv1.BackupVerifyRun, ns string, v volume, owner *treeDigest) *corev1.Pod {
+	user, group := int64(65532), int64(65532)
+	if owner != nil && owner.uid != 0 {
+		user = int64(owner.uid)
+	}
+	if owner != nil && owner.gid != 0 {
+		group = int64(owner.gid)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: v.pod, Namespace: ns, Labels: map[string]string{securityv1.LabelRunUID: string(run.UID)}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: &user, RunAsGroup: &group,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Volumes: []corev1.Volume{{Name: moverVolume, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.claim, ReadOnly: true}}}},
+			Containers: []corev1.Container{{
+				Name: ReaderContainer, Image: c.ReaderImage, ImagePullPolicy: corev1.PullIfNotPresent, Args: []string{ReadVolumesCommand},
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: moverVolume, MountPath: restoresDir + "/" + moverVolume, ReadOnly: true}},
+			}},
+		},
+	}
+}
+
+// startMoverReaders makes sure every claim of byNS the data mover restored has its reader pod in
+// its volume sandbox (mapping; restoredPods: the pods there, by sandbox/name), once that claim is
+// bound. started is true when one was created, or a claim is not bound yet by a restore that
+// completed (the data mover binds it once it wrote the data): there is more to wait for. A claim
+// not restored or not bound (by a restore that partially failed: its data mover gave up) has no
+// reader, and compareVolumes says so.
+func (c *Checker) startMoverReaders(ctx context.Context, run *securityv1.BackupVerifyRun, byNS map[string][]volume, mapping map[string]string,
+	restoredPods map[string]*corev1.Pod, partial bool, owners func() (map[string]*treeDigest, error)) (started bool, _ error) {
+	for _, src := range slices.Sorted(maps.Keys(byNS)) {
+		sb := mapping[src]
+		for _, v := range byNS[src] {
+			if v.method != string(veleroapi.VolumeMethodDataMover) || restoredPods[sb+"/"+v.pod] != nil {
+				continue
+			}
+			pvc := &corev1.PersistentVolumeClaim{}
+			err := c.Reader.Get(ctx, client.ObjectKey{Namespace: sb, Name: v.claim}, pvc)
+			switch {
+			case apierrors.IsNotFound(err):
+				continue
+			case err != nil:
+				return false, backend.APIError("reading claim "+v.claim+" in volume sandbox "+sb, err)
+			case pvc.Status.Phase != corev1.ClaimBound:
+				started = started || (pvc.Status.Phase == corev1.ClaimPending && !partial)
+				continue
+			}
+			digests, err := owners()
+			if err != nil {
+				return false, err
+			}
+			err = c.Client.Create(ctx, c.moverReader(run, sb, v, digests[v.snapshot]))
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return false, backend.APIError("creating reader pod "+v.pod+" in volume sandbox "+sb, err)
+			}
+			started = true
+		}
+	}
+	return started, nil
 }
 
 // isReader tells whether a pod of a volume sandbox is one the resource modifiers made: one
@@ -204,7 +305,7 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 	case err != nil:
 		return nil, err
 	}
-	byNS := restorableVolumes(vols, sources)
+	byNS := restorableVolumes(run, vols, sources)
 	if len(byNS) == 0 {
 		return byNS, nil
 	}
@@ -221,6 +322,11 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 		for _, o := range objects[src] {
 			if o.gvk.Group == "" && o.gvk.Kind == "Pod" {
 				n++
+			}
+		}
+		for _, v := range byNS[src] {
+			if v.method == string(veleroapi.VolumeMethodDataMover) {
+				n++ // its reader
 			}
 		}
 		pods[mapping[src]] = n
@@ -285,6 +391,17 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 			}
 			restoredPods[sb+"/"+p.Name] = p
 		}
+	}
+	started, err := c.startMoverReaders(ctx, run, byNS, mapping, restoredPods, vr.Status.Phase == velerov1.RestorePhasePartiallyFailed, func() (map[string]*treeDigest, error) {
+		read, err := c.repositoryRead(ctx, run, vb, bsl, vols, false)
+		if err != nil {
+			return nil, err
+		}
+		return read.digests, nil
+	})
+	if err != nil || started {
+		out.Done = false
+		return byNS, err
 	}
 	if image := c.readersOfAnotherImage(restoredPods); image != "" {
 		// Set up, not tampered with: the shipped ConfigMap names another image than the verifier
@@ -390,6 +507,17 @@ func compareVolumes(byNS map[string][]volume, mapping map[string]string, digests
 				continue // not read: a finding says why
 			}
 			p := restoredPods[mapping[src]+"/"+v.pod]
+			if p == nil && v.method == string(veleroapi.VolumeMethodDataMover) {
+				if partial {
+					out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, v.object, fmt.Sprintf(
+						"the restored data of %s was not compared: the restore, which partially failed, brought no bound claim %s into volume sandbox %s (see its errors: %s)",
+						v.name, v.claim, mapping[src], what))
+					continue
+				}
+				out.Add(securityv1.CodeVolumeDataRestoreMismatch, securityv1.SeverityCritical, v.object,
+					fmt.Sprintf("%s was not restored: the restore brought no bound claim %s into volume sandbox %s", v.name, v.claim, mapping[src]))
+				continue
+			}
 			if p == nil && partial {
 				out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, v.object, fmt.Sprintf(
 					"the restored data of %s was not compared: the restore, which partially failed, brought no pod %s into volume sandbox %s (see its errors: %s)",
@@ -427,7 +555,7 @@ func compareVolumes(byNS map[string][]volume, mapping map[string]string, digests
 	out.Detail(DetailVolumeFilesCompared, strconv.FormatInt(files, 10))
 	if compared > 0 {
 		out.Add(securityv1.CodeVolumeDataMatch, securityv1.SeverityInfo, what, fmt.Sprintf(
-			"%d volume(s) restored into the volume sandboxes by Velero's file-system restore: all %d file(s) identical in path, size and SHA-256 to the backup's own record of them in the repository",
+			"%d volume(s) restored into the volume sandboxes by Velero (file-system restore, data mover): all %d file(s) identical in path, size and SHA-256 to the backup's own record of them in the repository",
 			compared, files))
 	}
 }

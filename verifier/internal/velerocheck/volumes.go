@@ -71,8 +71,8 @@ type volume struct {
 	phase     string
 	snapshot  string
 	// method is how Velero moved it (veleroapi.VolumeMethod...); pod and podVolume name the pod
-	// volume of a file-system backup.
-	method, pod, podVolume string
+	// volume of a file-system backup; claim the claim whose snapshot the data mover moved.
+	method, pod, podVolume, claim string
 }
 
 // volumesOf lists the volume data of Velero backup vb (volumes.Records).
@@ -86,7 +86,7 @@ func (c *Checker) volumesOf(ctx context.Context, vb *velerov1.Backup) ([]volume,
 	for _, r := range records {
 		vols = append(vols, volume{object: volumes.Object(r, vb.Namespace), name: volumes.Describe(r), namespace: r.Namespace,
 			location: r.StorageLocation, uploader: volumes.Uploader(r), phase: r.Phase, snapshot: r.SnapshotID,
-			method: string(r.Method), pod: r.Pod, podVolume: r.PodVolume})
+			method: string(r.Method), pod: r.Pod, podVolume: r.PodVolume, claim: r.PersistentVolumeClaim})
 	}
 	return vols, err
 }
@@ -208,6 +208,7 @@ func (c *Checker) readVolumes(ctx context.Context, vb *velerov1.Backup, bsl *vel
 		}
 		if digests != nil {
 			d.seal()
+			d.uid, d.gid = st.RootUID, st.RootGID
 			digests[v.snapshot] = d
 		}
 		snapshots++
