@@ -62,7 +62,7 @@ func Records(ctx context.Context, r client.Reader, vb *velerov1.Backup) ([]veler
 		out = append(out, veleroapi.VolumeRecord{
 			Method: veleroapi.VolumeMethodDataMover, Namespace: u.Spec.SourceNamespace, PersistentVolumeClaim: u.Spec.SourcePVC,
 			PersistentVolumeClaimUID: u.Labels[velerov1.PVCUIDLabel],
-			Uploader: u.Spec.DataMover, StorageLocation: u.Spec.BackupStorageLocation, SnapshotID: u.Status.SnapshotID, Bytes: u.Status.Progress.TotalBytes,
+			Uploader:                 u.Spec.DataMover, StorageLocation: u.Spec.BackupStorageLocation, SnapshotID: u.Status.SnapshotID, Bytes: u.Status.Progress.TotalBytes,
 			Phase: string(u.Status.Phase), Source: u.Name,
 		})
 	}

@@ -81,7 +81,6 @@ var (
 // by (velerov1.DynamicPVRestoreLabel).
 const dynamicPVRestoreLabel = "velero.io/dynamic-pv-restore"
 
-
 var (
 	gkConfigMap   = schema.GroupKind{Kind: "ConfigMap"}
 	gkSecret      = schema.GroupKind{Kind: "Secret"}
