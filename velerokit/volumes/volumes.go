@@ -61,9 +61,8 @@ func Records(ctx context.Context, r client.Reader, vb *velerov1.Backup) ([]veler
 	for _, u := range dus.Items {
 		out = append(out, veleroapi.VolumeRecord{
 			Method: veleroapi.VolumeMethodDataMover, Namespace: u.Spec.SourceNamespace, PersistentVolumeClaim: u.Spec.SourcePVC,
-			PersistentVolumeClaimUID: u.Labels[velerov1.PVCUIDLabel],
-			Uploader:                 u.Spec.DataMover, StorageLocation: u.Spec.BackupStorageLocation, SnapshotID: u.Status.SnapshotID, Bytes: u.Status.Progress.TotalBytes,
-			Phase: string(u.Status.Phase), Source: u.Name,
+			Uploader: u.Spec.DataMover, StorageLocation: u.Spec.BackupStorageLocation, SnapshotID: u.Status.SnapshotID, Bytes: u.Status.Progress.TotalBytes,
+			Phase: string(u.Status.Phase), Source: u.Name, PersistentVolumeClaimUID: u.Labels[velerov1.PVCUIDLabel],
 		})
 	}
 	slices.SortFunc(out, func(a, b veleroapi.VolumeRecord) int {
