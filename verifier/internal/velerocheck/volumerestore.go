@@ -42,9 +42,9 @@ import (
 // volumes restored. Nothing of the backup's runs there. A claim whose CSI snapshot Velero's data
 // mover moved needs no pod: the same Restore brings the claim, and the data mover fills and binds
 // it; the verifier then creates one reader pod of its own per such claim (moverReader: the claim
-// mounted read-only, as the volume's owner in the repository's record). Each reader digests the files of each
-// volume once the helper let it start (after the node agent restored the data) and ends; its
-// report is its termination message. The verifier reads the same volumes' snapshots whole from
+// mounted read-only, as the volume's owner in the repository's record). Each reader digests the
+// files of each volume once it may (after the node agent or the data mover restored the data) and
+// ends; its report is its termination message. The verifier reads the same volumes' snapshots whole from
 // the repository (as checksum-only does) and compares: count, bytes and a digest of every file's
 // path, size and SHA-256 (treeDigest). A volume not restored or restored otherwise than the
 // repository holds it is critical; files the reader's user may not read are a medium finding
