@@ -36,6 +36,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -478,6 +479,7 @@ func (e *env) veleroDataMover(t *testing.T) {
 	// Full-restore: the data mover restores the claim into a volume sandbox, where the verifier's
 	// reader (as the volume's owner) reads every file, compared with the repository's record.
 	e.cofferFullRestore(t, ns, backup, files)
+	e.changedInTheSandbox(t, ns, backup)
 
 	// The claim is lost with its volume; the restore provisions a new one and fills it.
 	e.lose(t, ns, "mart", "data", dir)
@@ -485,6 +487,69 @@ func (e *env) veleroDataMover(t *testing.T) {
 	require.Equal(t, backupsv1.RestoreJobSucceeded, rj.Status.Phase, rj.Status.Message)
 	running(t, ctx, cl, ns, "mart")
 	assert.Equal(t, want, tree(t, e.volumeDir(t, ns, "data")), "every file is back byte for byte")
+}
+
+// changedInTheSandbox: a file of the restored claim changed in its volume sandbox after the data
+// mover restored it and before the verifier's reader read it is a critical finding naming the
+// claim. The verifier is stopped (its Deployment scaled to zero) from the volume Restore's start
+// until the file is changed, so the order is the test's, not the machine's; started again, it
+// takes the run up where it was.
+func (e *env) changedInTheSandbox(t *testing.T, ns string, b *backupsv1.Backup) {
+	ctx, cl := e.ctx, e.cl
+	restores := e.watchRestores(t)
+	_, res := e.verifyRun(t, ns, "changed-in-the-sandbox", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
+		BackupRef: securityv1.BackupRef{Name: b.Spec.DriverMetadata[veleroapi.MetaBackupName], Namespace: velerostack.Namespace},
+		Mode:      securityv1.ModeFullRestore, SandboxNamespace: "mart-changed" + securityv1.SandboxSuffix}, func(run *securityv1.BackupVerifyRun) {
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+			return restores.volumeRestoreOf(run) != nil, nil
+		}), "the run's volume Restore was created")
+		e.scaleVerifier(t, 0)
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+			return nestedString(restores.volumeRestoreOf(run), "status", "phase") == "Completed", nil
+		}), "the data mover restored the claim")
+		sandboxes := &corev1.NamespaceList{}
+		require.NoError(t, cl.List(ctx, sandboxes, client.MatchingLabels{securityv1.LabelRunUID: string(run.UID)}))
+		var sb string
+		for _, n := range sandboxes.Items {
+			if strings.Contains(n.Name, "-v-") {
+				sb = n.Name
+			}
+		}
+		require.NotEmpty(t, sb, "the run's volume sandbox")
+		// Same size, other bytes: only the content's hash tells.
+		require.NoError(t, os.WriteFile(filepath.Join(e.volumeDir(t, sb, "data"), "catalog.txt"), []byte("TEA\nCOFFEE\n"), 0o644))
+		e.scaleVerifier(t, 1)
+	})
+	var changed *securityv1.Finding
+	for i, f := range res.Spec.Findings {
+		// The repository reads clean; what was restored does not match it.
+		assert.False(t, f.Code == securityv1.CodeVolumeDataMatch && strings.Contains(f.Message, "restored into the volume sandboxes"), "%+v", f)
+		if f.Code == securityv1.CodeVolumeDataRestoreMismatch {
+			changed = &res.Spec.Findings[i]
+		}
+	}
+	require.NotNil(t, changed, "the changed file is a finding: %+v", res.Spec.Findings)
+	assert.Equal(t, securityv1.SeverityCritical, changed.Severity)
+	assert.Contains(t, changed.Message, "claim "+ns+"/data restored otherwise than the repository holds it")
+}
+
+// scaleVerifier sets the replicas of the verifier's Deployment and waits until that many run.
+func (e *env) scaleVerifier(t *testing.T, replicas int32) {
+	ctx, cl := e.ctx, e.cl
+	key := client.ObjectKey{Namespace: "ugallu-system", Name: "coffer-verifier"}
+	d := &appsv1.Deployment{}
+	require.NoError(t, cl.Get(ctx, key, d))
+	d.Spec.Replicas = &replicas
+	require.NoError(t, cl.Update(ctx, d))
+	if replicas > 0 {
+		require.NoError(t, manifests.WaitRolledOut(ctx, cl, key, 3*time.Minute))
+		return
+	}
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		err := cl.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabels{"app.kubernetes.io/name": "coffer-verifier"})
+		return err == nil && len(pods.Items) == 0, err
+	}), "the verifier stopped")
 }
 
 // deployVerifier runs the verifier as deploy/verifier ships it (its Deployment on the node, with
