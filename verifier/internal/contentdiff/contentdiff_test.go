@@ -148,6 +148,13 @@ func TestNormalize(t *testing.T) {
 			equal:  true,
 		},
 		{
+			name:   "PersistentVolumeClaim: restored without volume data",
+			gk:     gk("", "PersistentVolumeClaim"),
+			backup: `{"spec":{"volumeName":"pv-1","dataSource":{"kind":"VolumeSnapshot","name":"s1","apiGroup":"snapshot.storage.k8s.io"},"dataSourceRef":{"kind":"VolumeSnapshot","name":"s1","apiGroup":"snapshot.storage.k8s.io"},"resources":{"requests":{"storage":"1Gi"}}}}`,
+			live:   `{"spec":{"resources":{"requests":{"storage":"1Gi"}}}}`,
+			equal:  true,
+		},
+		{
 			name:   "PersistentVolumeClaim: the data mover's selector",
 			gk:     gk("", "PersistentVolumeClaim"),
 			backup: `{"spec":{"resources":{"requests":{"storage":"1Gi"}}}}`,

@@ -696,7 +696,7 @@ func describe(o objectRef, ns string) string {
 }
 
 func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, sources []string, mapping map[string]string) (*velerov1.Restore, error) {
-	noCluster := false
+	noCluster, noVolumes := false, false
 	return c.ensureRestoreNamed(ctx, run, RestoreName(run), velerov1.RestoreSpec{
 		BackupName:              vb.Name,
 		IncludedNamespaces:      sources,
@@ -705,6 +705,10 @@ func (c *Checker) ensureRestore(ctx context.Context, run *securityv1.BackupVerif
 		// The sandbox runs nothing (sandbox.go).
 		ExcludedResources: excludedResources(),
 		ResourceModifier:  &corev1.TypedLocalObjectReference{Kind: "ConfigMap", Name: SandboxModifiers},
+		// No volume data: nothing reads it here (the volume phase restores it into the volume
+		// sandboxes, volumerestore.go). Velero would otherwise move the data of every claim with a
+		// DataUpload into this sandbox too; its claims come back unbound, without data sources.
+		RestorePVs: &noVolumes,
 	})
 }
 
