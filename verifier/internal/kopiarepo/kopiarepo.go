@@ -180,7 +180,8 @@ func (r *Repository) Read(ctx context.Context, id string, visit func(File) error
 	if err != nil {
 		return st, damage(err, "")
 	}
-	st.RootUID, st.RootGID = root.Owner().UserID, root.Owner().GroupID
+	owner := root.Owner()
+	st.RootUID, st.RootGID = owner.UserID, owner.GroupID
 	type job struct {
 		f fs.File
 		p string

@@ -92,7 +92,7 @@ func restorableVolumes(run *securityv1.BackupVerifyRun, vols []volume, sources [
 		}
 		switch {
 		case v.method == string(veleroapi.VolumeMethodFileSystem) && v.pod != "":
-		case v.method == string(veleroapi.VolumeMethodDataMover) && v.claim != "":
+		case v.moved() && v.claim != "":
 			v.pod, v.podVolume = moverReaderName(run, v.claim), moverVolume
 		default:
 			continue
@@ -159,7 +159,7 @@ func (c *Checker) startMoverReaders(ctx context.Context, run *securityv1.BackupV
 	for _, src := range slices.Sorted(maps.Keys(byNS)) {
 		sb := mapping[src]
 		for _, v := range byNS[src] {
-			if v.method != string(veleroapi.VolumeMethodDataMover) || restoredPods[sb+"/"+v.pod] != nil {
+			if !v.moved() || restoredPods[sb+"/"+v.pod] != nil {
 				continue
 			}
 			pvc := &corev1.PersistentVolumeClaim{}
@@ -325,7 +325,7 @@ func (c *Checker) restoreVolumes(ctx context.Context, run *securityv1.BackupVeri
 			}
 		}
 		for _, v := range byNS[src] {
-			if v.method == string(veleroapi.VolumeMethodDataMover) {
+			if v.moved() {
 				n++ // its reader
 			}
 		}
@@ -507,7 +507,7 @@ func compareVolumes(byNS map[string][]volume, mapping map[string]string, digests
 				continue // not read: a finding says why
 			}
 			p := restoredPods[mapping[src]+"/"+v.pod]
-			if p == nil && v.method == string(veleroapi.VolumeMethodDataMover) {
+			if p == nil && v.moved() {
 				if partial {
 					out.Add(securityv1.CodeVolumeDataNotRead, securityv1.SeverityMedium, v.object, fmt.Sprintf(
 						"the restored data of %s was not compared: the restore, which partially failed, brought no bound claim %s into volume sandbox %s (see its errors: %s)",

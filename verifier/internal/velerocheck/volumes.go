@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	securityv1 "github.com/coffer-backup/coffer/apis/security/v1alpha1"
+	veleroapi "github.com/coffer-backup/coffer/apis/velerodriver/v1alpha1"
 	"github.com/coffer-backup/coffer/velerokit/volumes"
 	"github.com/coffer-backup/coffer/verifier/internal/backend"
 	"github.com/coffer-backup/coffer/verifier/internal/kopiarepo"
@@ -74,6 +75,9 @@ type volume struct {
 	// volume of a file-system backup; claim the claim whose snapshot the data mover moved.
 	method, pod, podVolume, claim string
 }
+
+// moved tells whether the data mover moved v (from a CSI snapshot of its claim).
+func (v volume) moved() bool { return v.method == string(veleroapi.VolumeMethodDataMover) }
 
 // volumesOf lists the volume data of Velero backup vb (volumes.Records).
 func (c *Checker) volumesOf(ctx context.Context, vb *velerov1.Backup) ([]volume, error) {
