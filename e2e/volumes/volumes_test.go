@@ -500,9 +500,7 @@ func (e *env) changedInTheSandbox(t *testing.T, ns string, b *backupsv1.Backup) 
 	_, res := e.verifyRun(t, ns, "changed-in-the-sandbox", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
 		BackupRef: securityv1.BackupRef{Name: b.Spec.DriverMetadata[veleroapi.MetaBackupName], Namespace: velerostack.Namespace},
 		Mode:      securityv1.ModeFullRestore, SandboxNamespace: "mart-changed" + securityv1.SandboxSuffix}, func(run *securityv1.BackupVerifyRun) {
-		require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-			return restores.volumeRestoreOf(run) != nil, nil
-		}), "the run's volume Restore was created")
+		restores.awaitVolumeRestore(t, ctx, run)
 		e.scaleVerifier(t, 0)
 		require.NoError(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 			return nestedString(restores.volumeRestoreOf(run), "status", "phase") == "Completed", nil
@@ -600,9 +598,7 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 	run, res := e.verifyRun(t, ns, "full-restore", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
 		BackupRef: securityv1.BackupRef{Name: name, Namespace: velerostack.Namespace}, Mode: securityv1.ModeFullRestore,
 		SandboxNamespace: "shop-verify" + securityv1.SandboxSuffix}, func(run *securityv1.BackupVerifyRun) {
-		require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-			return restores.volumeRestoreOf(run) != nil, nil
-		}), "the run's volume Restore was created")
+		restores.awaitVolumeRestore(t, ctx, run)
 		killed = e.killVerifier(t)
 	})
 	var restored *securityv1.Finding
@@ -781,6 +777,13 @@ func (rw *restoreWatch) of(run *securityv1.BackupVerifyRun) map[types.UID]*unstr
 		}
 	}
 	return out
+}
+
+// awaitVolumeRestore waits until run's volume Restore exists.
+func (rw *restoreWatch) awaitVolumeRestore(t testing.TB, ctx context.Context, run *securityv1.BackupVerifyRun) {
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		return rw.volumeRestoreOf(run) != nil, nil
+	}), "the run's volume Restore was created")
 }
 
 // volumeRestoreOf returns run's Restore of volume data (the one with the volume readers' resource
