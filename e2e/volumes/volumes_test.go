@@ -666,8 +666,21 @@ func (e *env) sandboxesGone(t testing.TB, run *securityv1.BackupVerifyRun) {
 // file with the repository; the Backup is Verified by a restore that covers its data.
 func (e *env) cofferFullRestore(t *testing.T, ns string, b *backupsv1.Backup, files int64) {
 	restores := e.watchRestores(t)
+	downloads := e.watchVelero(t, schema.GroupVersionResource{Group: "velero.io", Version: "v2alpha1", Resource: "datadownloads"})
+	sandbox := "shop-coffer" + securityv1.SandboxSuffix
 	run, res := e.verifyRun(t, ns, "coffer-full-restore", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendCoffer,
-		BackupRef: securityv1.BackupRef{Name: b.Name}, Mode: securityv1.ModeFullRestore, SandboxNamespace: "shop-coffer" + securityv1.SandboxSuffix})
+		BackupRef: securityv1.BackupRef{Name: b.Name}, Mode: securityv1.ModeFullRestore, SandboxNamespace: sandbox})
+	// The data was moved once, into the volume sandbox where the reader compared it: the driver's
+	// restore of the objects into the sandbox (volumeData "false") moved none.
+	moved := downloads.targets(run.CreationTimestamp)
+	t.Logf("coffer-backend full-restore: %s from the run's creation to its completion (API server's clock); DataDownloads by target namespace: %v",
+		run.Status.CompletionTime.Sub(run.CreationTimestamp.Time), moved)
+	assert.Zero(t, moved[sandbox], "DataDownloads into the object sandbox: %v", moved)
+	assert.Len(t, moved, 1, "one DataDownload, into the volume sandbox: %v", moved)
+	for target, n := range moved {
+		assert.Equal(t, 1, n, target)
+		assert.NotEqual(t, sandbox, target)
+	}
 	var match *securityv1.Finding
 	for i, f := range res.Spec.Findings {
 		assert.False(t, f.Severity.AtLeast(securityv1.SeverityMedium), "%+v", f)
@@ -726,8 +739,9 @@ func (e *env) killVerifier(t *testing.T) *corev1.Pod {
 	return p
 }
 
-// restoreWatch records every Velero Restore of Velero's namespace as last seen, by UID, from a
-// watch started before the run: a Restore made twice shows as two UIDs.
+// restoreWatch records every Velero Restore (or another object of Velero's, watchVelero) of
+// Velero's namespace as last seen, by UID, from a watch started before the run: a Restore made
+// twice shows as two UIDs.
 type restoreWatch struct {
 	mu      sync.Mutex
 	seen    map[types.UID]*unstructured.Unstructured
@@ -735,9 +749,14 @@ type restoreWatch struct {
 }
 
 func (e *env) watchRestores(t testing.TB) *restoreWatch {
+	return e.watchVelero(t, schema.GroupVersionResource{Group: "velero.io", Version: "v1", Resource: "restores"})
+}
+
+// watchVelero watches the objects of resource in Velero's namespace.
+func (e *env) watchVelero(t testing.TB, resource schema.GroupVersionResource) *restoreWatch {
 	dyn, err := dynamic.NewForConfig(e.n.Cluster.Config)
 	require.NoError(t, err)
-	w, err := dyn.Resource(schema.GroupVersionResource{Group: "velero.io", Version: "v1", Resource: "restores"}).Namespace(velerostack.Namespace).
+	w, err := dyn.Resource(resource).Namespace(velerostack.Namespace).
 		Watch(e.ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	t.Cleanup(w.Stop)
@@ -764,6 +783,20 @@ func (rw *restoreWatch) isDeleted(r *unstructured.Unstructured) bool {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return rw.deleted[r.GetUID()]
+}
+
+// targets counts the DataDownloads seen (a watch of them) created at or after since, by the
+// namespace of the claim each restores into.
+func (rw *restoreWatch) targets(since metav1.Time) map[string]int {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	out := map[string]int{}
+	for _, dd := range rw.seen {
+		if c := dd.GetCreationTimestamp(); !c.Before(&since) {
+			out[nestedString(dd, "spec", "targetVolume", "namespace")]++
+		}
+	}
+	return out
 }
 
 // of returns the Restores of run, by UID.

@@ -41,6 +41,14 @@ const (
 	MetaSourceNamespace = "sourceNamespace"
 )
 
+// OptionVolumeData is driver-velero's restore option for the data of the backup's volumes: "false"
+// restores their claims without it (Velero's restorePVs false: no data mover restore, no volume
+// from a snapshot; the claims are left to bind as new ones would), "true" or unset as the backup
+// holds it. The backup verifier sets "false" on the inert restores of its full-restore
+// verifications, whose volume phase restores the data into a sandbox of its own and compares it:
+// without it, the data was moved a second time into the object sandbox, where nothing reads it.
+const OptionVolumeData = "volumeData"
+
 // AnnotationRecord on a velero.io Backup holds the record of the Coffer Backup it makes (contract
 // BK-11), without its artifact: Velero stores the annotation with the backup's metadata in its
 // storage location, and a cluster that syncs that location reads it back (its catalog measures the

@@ -30,11 +30,14 @@ const (
 	// OptionAllowExistingTarget ("true") allows a restore into a namespace that already holds the
 	// target application.
 	OptionAllowExistingTarget = "allowExistingTarget"
+	// OptionVolumeData ("false") restores the claims without their data (veleroapi.OptionVolumeData).
+	OptionVolumeData = veleroapi.OptionVolumeData
 )
 
 // RestoreOptions are the restore options driver-velero takes beyond the standard ones.
 type RestoreOptions struct {
 	AllowExistingTarget string `json:"allowExistingTarget,omitempty"`
+	VolumeData          string `json:"volumeData,omitempty"`
 }
 
 // NewRestoreOptions implements driverkit.RestoreOptioner.
@@ -158,6 +161,14 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	if err != nil {
 		return nil, err
 	}
+	withData, err := restoresVolumeData(rj)
+	if err != nil {
+		return nil, err
+	}
+	if !withData {
+		noData := false
+		spec.RestorePVs = &noData
+	}
 	if !withRBAC {
 		// Velero creates them with its own rights: only coffer-restore-rbac, at admission, weighed
 		// the requester's (contract RJ-14).
@@ -172,8 +183,12 @@ func (d *Driver) ensureRestore(ctx context.Context, run *driverkit.RestoreRun[St
 	if err := d.Client.Create(ctx, vr); err != nil {
 		return nil, fmt.Errorf("creating velero restore %s: %w", key, err)
 	}
+	note := rbacNote(rj)
+	if !withData {
+		note += "; the volumes' data left out, their claims restored empty (spec.options." + OptionVolumeData + ")"
+	}
 	d.Recorder.Eventf(rj, nil, corev1.EventTypeNormal, "VeleroRestoreCreated", "Restore",
-		"Created velero restore %s of backup %s from namespace %s into %s; %s", key, veleroBackup, source, target, rbacNote(rj))
+		"Created velero restore %s of backup %s from namespace %s into %s; %s", key, veleroBackup, source, target, note)
 	return vr, nil
 }
 
@@ -187,6 +202,20 @@ func restoresRBAC(rj *backupsv1.RestoreJob) (bool, error) {
 		return false, driverkit.Failf(backupsv1.ReasonInvalidOption, "%v; nothing was restored", err)
 	}
 	return want && !rj.Spec.IsTrue(backupsv1.OptionInert), nil
+}
+
+// restoresVolumeData says whether the run restores the data of the backup's volumes: unless
+// spec.options.volumeData is "false". Another value than "true" or "false" fails the run
+// InvalidOption before anything is created.
+func restoresVolumeData(rj *backupsv1.RestoreJob) (bool, error) {
+	v, _, err := rj.Spec.StringOption(OptionVolumeData)
+	switch {
+	case err != nil:
+		return false, driverkit.Failf(backupsv1.ReasonInvalidOption, "%v; nothing was restored", err)
+	case v != "" && v != "true" && v != "false":
+		return false, driverkit.Failf(backupsv1.ReasonInvalidOption, "spec.options.%s is %.64q; it must be \"true\" or \"false\"; nothing was restored", OptionVolumeData, v)
+	}
+	return v != "false", nil
 }
 
 // rbacNote says in the run's event and Ready message whether the backup's Roles, RoleBindings and

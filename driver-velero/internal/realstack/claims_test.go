@@ -57,14 +57,20 @@ func TestRestoresUnbindClaims(t *testing.T) {
 	require.NoError(t, cl.Status().Update(ctx, b))
 
 	restores := newKit(cl, events.NewFakeRecorder(100)).RestoreJobReconciler()
+	var restoreWith func(t *testing.T, name string, options map[string]string) (*backupsv1.RestoreJob, *velerov1.Restore)
 	// restore reconciles a RestoreJob of b (inert or not) once and returns it with its Velero
 	// Restore, nil when none was created.
 	restore := func(t *testing.T, name string, inert bool) (*backupsv1.RestoreJob, *velerov1.Restore) {
 		t.Helper()
-		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name}}}
 		if inert {
-			rj.Spec.Options = &k8sruntime.RawExtension{Raw: []byte(`{"` + backupsv1.OptionInert + `": "true"}`)}
+			return restoreWith(t, name, map[string]string{backupsv1.OptionInert: "true"})
 		}
+		return restoreWith(t, name, nil)
+	}
+	restoreWith = func(t *testing.T, name string, options map[string]string) (*backupsv1.RestoreJob, *velerov1.Restore) {
+		t.Helper()
+		rj := &backupsv1.RestoreJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: backupsv1.RestoreJobSpec{BackupRef: corev1.LocalObjectReference{Name: b.Name},
+			Options: backupsv1.StringOptions(options)}}
 		require.NoError(t, cl.Create(ctx, rj))
 		_, err := restores.Reconcile(ctx, requestFor(rj))
 		require.NoError(t, err)
@@ -143,5 +149,27 @@ func TestRestoresUnbindClaims(t *testing.T) {
 		require.Equal(t, backupsv1.RestoreJobRunning, rj.Status.Phase, rj.Status.Message)
 		require.NotNil(t, vr)
 		assert.Nil(t, vr.Spec.ResourceModifier)
+	})
+	// A verification's inert restore that restores the volumes on its own (the verifier's volume
+	// phase) asks for the claims without their data; any other value fails before a Restore exists.
+	t.Run("volumeData false restores the claims without their data", func(t *testing.T) {
+		for _, tt := range []struct {
+			name, value string
+			restorePVs  *bool
+		}{{"with-data", "", nil}, {"with-data-said", "true", nil}, {"without-data", "false", ptr(false)}} {
+			opts := map[string]string{backupsv1.OptionInert: "true"}
+			if tt.value != "" {
+				opts[veleroapi.OptionVolumeData] = tt.value
+			}
+			rj, vr := restoreWith(t, tt.name, opts)
+			require.Equal(t, backupsv1.RestoreJobRunning, rj.Status.Phase, rj.Status.Message)
+			require.NotNil(t, vr)
+			assert.Equal(t, tt.restorePVs, vr.Spec.RestorePVs, tt.name)
+		}
+		rj, vr := restoreWith(t, "data-maybe", map[string]string{backupsv1.OptionInert: "true", veleroapi.OptionVolumeData: "maybe"})
+		require.Equal(t, backupsv1.RestoreJobFailed, rj.Status.Phase, rj.Status.Message)
+		assert.Equal(t, backupsv1.ReasonInvalidOption, meta.FindStatusCondition(rj.Status.Conditions, backupsv1.ConditionReady).Reason)
+		assert.Contains(t, rj.Status.Message, `spec.options.volumeData is "maybe"; it must be "true" or "false"`)
+		assert.Nil(t, vr, "no Velero Restore is created")
 	})
 }

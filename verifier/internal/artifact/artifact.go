@@ -60,6 +60,10 @@ type VolumeChecker interface {
 // then is not said: the comparison, which does it all again where it is not done, says it.
 type Starter interface {
 	StartRestore(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup)
+	// RestoreOptions are the options of the driver's own that the RestoreJob into the sandbox
+	// carries beside the standard ones (driver-velero's: the volumes' data left out, as the
+	// comparison restores it on its own).
+	RestoreOptions() map[string]string
 }
 
 // Cleaner is a Reader whose comparison makes objects of its own for a run (a Comparer restoring

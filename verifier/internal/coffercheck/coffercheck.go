@@ -279,15 +279,25 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			}
 			return out, err
 		}
-		if rj, err = c.createRestoreJob(ctx, run, b, key); err != nil {
+		// A comparison that restores on its own (driver-velero's volume data) says what the
+		// driver's restore may leave out, and starts now, beside it.
+		var starter artifact.Starter
+		if rd, err := c.Artifacts.For(b); err == nil {
+			starter, _ = rd.(artifact.Starter)
+		}
+		options := map[string]string{backupsv1.OptionTargetNamespace: run.Spec.SandboxNamespace, backupsv1.OptionInert: "true"}
+		if starter != nil {
+			for k, v := range starter.RestoreOptions() {
+				if _, standard := options[k]; !standard {
+					options[k] = v
+				}
+			}
+		}
+		if rj, err = c.createRestoreJob(ctx, run, b, key, options); err != nil {
 			return out, err
 		}
-		// A comparison that restores on its own (driver-velero's volume data) starts now, beside
-		// the driver's restore.
-		if rd, err := c.Artifacts.For(b); err == nil {
-			if st, ok := rd.(artifact.Starter); ok {
-				st.StartRestore(ctx, run, b)
-			}
+		if starter != nil {
+			starter.StartRestore(ctx, run, b)
 		}
 	}
 	obj := "backups.cozystack.io/RestoreJob " + key.String()
@@ -384,13 +394,13 @@ func (c *Checker) compareContent(ctx context.Context, run *securityv1.BackupVeri
 	return "its content was not compared with the Backup: no content diff is available for driver " + driver, nil
 }
 
-func (c *Checker) createRestoreJob(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, key client.ObjectKey) (*backupsv1.RestoreJob, error) {
+func (c *Checker) createRestoreJob(ctx context.Context, run *securityv1.BackupVerifyRun, b *backupsv1.Backup, key client.ObjectKey, options map[string]string) (*backupsv1.RestoreJob, error) {
 	rj := &backupsv1.RestoreJob{
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{
 			securityv1.LabelRunUID: string(run.UID), securityv1.LabelRun: backupsv1.BoundedName(63, run.Name)}},
 		Spec: backupsv1.RestoreJobSpec{
 			BackupRef: corev1.LocalObjectReference{Name: b.Name},
-			Options:   backupsv1.StringOptions(map[string]string{backupsv1.OptionTargetNamespace: run.Spec.SandboxNamespace, backupsv1.OptionInert: "true"}),
+			Options:   backupsv1.StringOptions(options),
 		},
 	}
 	if err := c.Client.Create(ctx, rj); err != nil {

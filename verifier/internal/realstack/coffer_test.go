@@ -592,9 +592,13 @@ func playDriverVelero(t *testing.T, h *harness, run *securityv1.BackupVerifyRun,
 	rj := awaitRestoreJob(t, h, run, b)
 	require.True(t, rj.Spec.IsTrue(backupsv1.OptionInert))
 	require.Equal(t, run.Spec.SandboxNamespace, rj.TargetNamespace())
+	// The volume phase restores the data on its own: the driver's restore leaves it out.
+	volumeData, _, err := rj.Spec.StringOption(velerodriverv1.OptionVolumeData)
+	require.NoError(t, err)
+	require.Equal(t, "false", volumeData)
 	vr := &velerov1.Restore{ObjectMeta: metav1.ObjectMeta{Name: rj.Name, Namespace: b.Spec.DriverMetadata[velerodriverv1.MetaNamespace]},
 		Spec: velerov1.RestoreSpec{BackupName: b.Spec.DriverMetadata[velerodriverv1.MetaBackupName], IncludedNamespaces: []string{b.Namespace},
-			NamespaceMapping: map[string]string{b.Namespace: rj.TargetNamespace()}, IncludeClusterResources: ptr(false),
+			NamespaceMapping: map[string]string{b.Namespace: rj.TargetNamespace()}, IncludeClusterResources: ptr(false), RestorePVs: ptr(false),
 			ExcludedResources: velerodriverv1.Resources(velerodriverv1.InertExcluded())}}
 	require.NoError(t, cl.Create(ctx, vr))
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), vr) })

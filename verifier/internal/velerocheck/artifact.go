@@ -158,6 +158,13 @@ func (a *ArtifactReader) StartRestore(ctx context.Context, run *securityv1.Backu
 	c.startVolumes(ctx, vrun, vb, bsl, objects, []string{b.Namespace})
 }
 
+// RestoreOptions asks driver-velero to restore the claims into the object sandbox without their
+// data: the volume phase restores the data into a volume sandbox, where readers compare it; in the
+// object sandbox nothing would read it, and a data mover's restore would move it twice.
+func (a *ArtifactReader) RestoreOptions() map[string]string {
+	return map[string]string{velerodriverv1.OptionVolumeData: "false"}
+}
+
 // Cleanup ends what the volume phase of a coffer run's full-restore made in Velero's namespace
 // (the volume Restore, labelled with the run's UID): it deletes the run's Restores that ended and,
 // while one has not (Velero would re-create a deleted sandbox), says so with a cleanup-deferred
