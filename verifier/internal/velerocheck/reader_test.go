@@ -229,6 +229,74 @@ func TestVolumeReadersRunTheVerifiersImage(t *testing.T) {
 	}
 }
 
+// TestMoverReaderIsTheFileSystemReaders: the reader pod the verifier makes for a claim the data
+// mover restored (moverReader) runs the container the shipped resource modifiers give the
+// file-system readers: name, image, arguments, pull and termination-message policies, requests and
+// limits, and the security context they force (the two are written in two places).
+func TestMoverReaderIsTheFileSystemReaders(t *testing.T) {
+	var cm corev1.ConfigMap
+	b, err := os.ReadFile("../../../deploy/verifier/velero/volume_readers.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(b, &cm))
+	var modifiers struct {
+		Rules []struct {
+			MergePatches []struct {
+				PatchData string `json:"patchData"`
+			} `json:"mergePatches"`
+		} `json:"resourceModifierRules"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(cm.Data["volume-readers.yaml"]), &modifiers))
+	var reader *corev1.Container
+	var forced *corev1.SecurityContext
+	var podContext *corev1.PodSecurityContext
+	for _, r := range modifiers.Rules {
+		for _, m := range r.MergePatches {
+			var patch struct {
+				Spec struct {
+					Containers      []corev1.Container          `json:"containers"`
+					SecurityContext *corev1.PodSecurityContext `json:"securityContext"`
+					CofferApp       *struct {
+						SecurityContext *corev1.SecurityContext `json:"securityContext"`
+					} `json:"cofferApp"`
+				} `json:"spec"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(m.PatchData), &patch), m.PatchData)
+			if len(patch.Spec.Containers) == 1 {
+				reader, podContext = &patch.Spec.Containers[0], patch.Spec.SecurityContext
+			}
+			if patch.Spec.CofferApp != nil && patch.Spec.CofferApp.SecurityContext != nil {
+				forced = patch.Spec.CofferApp.SecurityContext
+			}
+		}
+	}
+	require.NotNil(t, reader, "the modifiers' reader container")
+	require.NotNil(t, forced, "the security context the modifiers force on it")
+	require.NotNil(t, podContext)
+
+	c := &Checker{ReaderImage: reader.Image}
+	run := &securityv1.BackupVerifyRun{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "u"}}
+	p := c.moverReader(run, "sb", volume{pod: "coffer-reader-u-db", claim: "db"}, nil)
+	require.Len(t, p.Spec.Containers, 1)
+	got := p.Spec.Containers[0]
+	assert.Equal(t, reader.Name, got.Name)
+	assert.Equal(t, reader.Image, got.Image)
+	assert.Equal(t, reader.Args, got.Args)
+	assert.Equal(t, reader.ImagePullPolicy, got.ImagePullPolicy)
+	assert.Equal(t, reader.TerminationMessagePolicy, got.TerminationMessagePolicy)
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		assert.True(t, reader.Resources.Requests[name].Equal(got.Resources.Requests[name]), "request %s: %v, %v", name, reader.Resources.Requests, got.Resources.Requests)
+		assert.True(t, reader.Resources.Limits[name].Equal(got.Resources.Limits[name]), "limit %s: %v, %v", name, reader.Resources.Limits, got.Resources.Limits)
+	}
+	require.NotNil(t, got.SecurityContext)
+	assert.Equal(t, forced.AllowPrivilegeEscalation, got.SecurityContext.AllowPrivilegeEscalation)
+	assert.Equal(t, forced.ReadOnlyRootFilesystem, got.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, forced.Capabilities.Drop, got.SecurityContext.Capabilities.Drop)
+	assert.Empty(t, got.SecurityContext.Capabilities.Add)
+	assert.Equal(t, forced.RunAsNonRoot, p.Spec.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, podContext.RunAsNonRoot, p.Spec.SecurityContext.RunAsNonRoot)
+	assert.Equal(t, podContext.SeccompProfile, p.Spec.SecurityContext.SeccompProfile)
+}
+
 // TestRestoredVolumesAreComparedWithTheRepository: each volume restored is compared with its
 // snapshot's record in the repository, as its reader reported it: identical, changed, not
 // restored (no pod, no volume), partly unreadable, or without a report.
