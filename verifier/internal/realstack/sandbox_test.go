@@ -241,6 +241,50 @@ func TestVerifierConfinedToSandboxes(t *testing.T) {
 		return err == nil || apierrors.IsNotFound(err), nil
 	}), "the binding gives it read access in its sandbox")
 
+	// Pods in its sandbox: only a reader of a restored claim (velerocheck's moverReader, which
+	// e2e/volumes runs through this policy), nothing else.
+	reader := func(change func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "coffer-reader-", Namespace: own, Labels: map[string]string{securityv1.LabelRunUID: "0000-test"}},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: ptr(false),
+				SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), RunAsUser: ptr(int64(1001)), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+				Volumes:         []corev1.Volume{{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "db", ReadOnly: true}}}},
+				Containers: []corev1.Container{{Name: velerocheck.ReaderContainer, Image: "coffer/verifier:dev", Args: []string{velerocheck.ReadVolumesCommand},
+					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+					VolumeMounts:    []corev1.VolumeMount{{Name: "claim", MountPath: "/restores/claim", ReadOnly: true}}}}}}
+		if change != nil {
+			change(p)
+		}
+		return p
+	}
+	for what, change := range map[string]func(*corev1.Pod){
+		"a pod without a run's UID":              func(p *corev1.Pod) { p.Labels = nil },
+		"a pod running another command":          func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh"} },
+		"a pod with other arguments":             func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"read-volumes", "--all"} },
+		"a pod with a container of another name": func(p *corev1.Pod) { p.Spec.Containers[0].Name = "app" },
+		"a pod with a second container": func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, *p.Spec.Containers[0].DeepCopy())
+			p.Spec.Containers[1].Name = "second"
+		},
+		"a pod with an init container": func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{*p.Spec.Containers[0].DeepCopy()}
+			p.Spec.InitContainers[0].Name = "init"
+		},
+		"a pod with a ServiceAccount token": func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil },
+		"a pod writing to a claim": func(p *corev1.Pod) {
+			p.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = false
+			p.Spec.Containers[0].VolumeMounts[0].ReadOnly = false
+		},
+		"a pod mounting a claim writable": func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[0].ReadOnly = false },
+		"a pod with a volume not a claim": func(p *corev1.Pod) {
+			p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		},
+	} {
+		refusedByPolicy(t, func() error { return sa.Create(ctx, reader(change)) }, what)
+	}
+	admittedReader := reader(nil)
+	require.NoError(t, sa.Create(ctx, admittedReader), "a reader of a restored claim in its own sandbox")
+	require.NoError(t, cl.Delete(ctx, admittedReader))
+
 	// RestoreJobs (the coffer backend's full-restore): only into a -bvsandbox namespace, inert,
 	// labelled with a run's UID; never a restore into a tenant's namespace.
 	restoreJob := func(target string, inert bool, labelled bool) *backupsv1.RestoreJob {
