@@ -253,7 +253,7 @@ func TestMoverReaderIsTheFileSystemReaders(t *testing.T) {
 		for _, m := range r.MergePatches {
 			var patch struct {
 				Spec struct {
-					Containers      []corev1.Container          `json:"containers"`
+					Containers      []corev1.Container         `json:"containers"`
 					SecurityContext *corev1.PodSecurityContext `json:"securityContext"`
 					CofferApp       *struct {
 						SecurityContext *corev1.SecurityContext `json:"securityContext"`
