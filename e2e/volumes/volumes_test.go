@@ -428,6 +428,12 @@ func (e *env) verifyVolumeData(t *testing.T, ns string, b *backupsv1.Backup, v v
 		assert.Contains(t, corrupt.Message, "volume "+v.PodVolume+" of pod "+ns+"/"+v.Pod)
 	}
 	assert.Contains(t, corrupt.Message, v.SnapshotID)
+
+	// The pack put back, the snapshot reads whole again (and the verifier remembers its record,
+	// which the full-restores that follow in the same verifier compare with).
+	res = verify("volume-data-again")
+	assert.ElementsMatch(t, []string{securityv1.CodeChecksumMatch, securityv1.CodeVolumeDataMatch}, codes(res), "%+v", res.Spec.Findings)
+	assert.Equal(t, "1", res.Spec.Details["volumeSnapshotsRead"])
 }
 
 // veleroDataMover backs up a claim of the node's CSI driver as Cozystack's default strategy does
@@ -614,6 +620,9 @@ func (e *env) fullRestore(t *testing.T, ns, name string, files int64) {
 	assert.Contains(t, restored.Message, fmt.Sprintf("all %d file(s) identical", files))
 	assert.Equal(t, "1", res.Spec.Details["volumesRestored"])
 	assert.Equal(t, strconv.FormatInt(files, 10), res.Spec.Details["volumeFilesCompared"])
+	// The restarted verifier remembers no earlier read of the snapshot: it read it again.
+	assert.Equal(t, "1", res.Spec.Details["volumeSnapshotsRead"])
+	assert.Empty(t, res.Spec.Details["volumeRecordsRemembered"])
 	e.sandboxesGone(t, run)
 
 	// The kill was a crash the verifier survived in place: its container restarted once.
@@ -695,6 +704,10 @@ func (e *env) cofferFullRestore(t *testing.T, ns string, b *backupsv1.Backup, fi
 	require.NotNil(t, match, "the volume's data was restored and compared: %+v", res.Spec.Findings)
 	assert.Contains(t, match.Message, fmt.Sprintf("all %d file(s) identical", files))
 	assert.Equal(t, "1", res.Spec.Details["volumesRestored"])
+	// The restored files were compared with the snapshot's record as the last checksum-only
+	// (verifyVolumeData's, the same verifier) read it whole: the snapshot was not read again.
+	assert.Equal(t, "1", res.Spec.Details["volumeRecordsRemembered"])
+	assert.Empty(t, res.Spec.Details["volumeSnapshotsRead"])
 	// The verdict of the full-restore is on the Backup (Verified stays False: the newest checksum
 	// verdict, of the flipped byte, failed), with the restore time of objects and data.
 	var fr *backupsv1.VerificationVerdict

@@ -438,7 +438,8 @@ type repositoryRead struct {
 
 // repositoryRead reads vols from the repository for run once: the reading made while Velero
 // restored (kept in memory, by the run's UID: a restarted verifier reads again) serves the
-// comparison; take hands it over (and forgets it).
+// comparison; take hands it over (and forgets it). A snapshot whose record the verifier
+// remembers (recallRecord) is not read.
 func (c *Checker) repositoryRead(ctx context.Context, run *securityv1.BackupVerifyRun, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation,
 	vols []volume, take bool) (*repositoryRead, error) {
 	c.mu.Lock()
@@ -451,7 +452,22 @@ func (c *Checker) repositoryRead(ctx context.Context, run *securityv1.BackupVeri
 		return read, nil
 	}
 	read = &repositoryRead{digests: map[string]*treeDigest{}}
-	if _, err := c.readVolumes(ctx, vb, bsl, vols, "", &read.out, read.digests); err != nil {
+	// A snapshot an earlier verification read whole and found sound is not read again: its
+	// record is what the restore must give.
+	unread := make([]volume, 0, len(vols))
+	remembered := 0
+	for _, v := range vols {
+		if d := c.recallRecord(bsl, v); d != nil {
+			read.digests[v.snapshot] = d
+			remembered++
+			continue
+		}
+		unread = append(unread, v)
+	}
+	if remembered > 0 {
+		read.out.Detail(DetailVolumeRecordsRemembered, strconv.Itoa(remembered))
+	}
+	if _, err := c.readVolumes(ctx, vb, bsl, unread, "", &read.out, read.digests); err != nil {
 		return nil, err
 	}
 	if !take {

@@ -126,7 +126,8 @@ func (c *Checker) checkVolumes(ctx context.Context, vb *velerov1.Backup, bsl *ve
 
 // readVolumes is checkVolumes on the volume records vols, already listed. With digests set, each
 // snapshot read whole gets the digest of its files there (by snapshot ID), which a full-restore
-// compares with what was restored.
+// compares with what was restored. Every snapshot read whole and sound is remembered
+// (rememberRecord), every damaged one forgotten.
 func (c *Checker) readVolumes(ctx context.Context, vb *velerov1.Backup, bsl *velerov1.BackupStorageLocation, vols []volume, onlyNamespace string,
 	out *backend.Outcome, digests map[string]*treeDigest) (map[string]bool, error) {
 	seen := map[string]bool{}
@@ -180,6 +181,7 @@ func (c *Checker) readVolumes(ctx context.Context, vb *velerov1.Backup, bsl *vel
 			var d *kopiarepo.Damage
 			if errors.As(err, &d) {
 				damaged = true
+				c.rememberRecord(bsl, v, nil)
 				out.Add(securityv1.CodeVolumeDataMissing, securityv1.SeverityCritical, v.object,
 					fmt.Sprintf("the data of %s (kopia snapshot %s) is gone: %v", v.name, v.snapshot, d))
 				continue
@@ -191,15 +193,14 @@ func (c *Checker) readVolumes(ctx context.Context, vb *velerov1.Backup, bsl *vel
 		}
 		d := &treeDigest{}
 		st, err := rep.Read(ctx, v.snapshot, func(f kopiarepo.File) error {
-			if digests != nil {
-				d.add(f.Path, f.Size, f.SHA256)
-			}
+			d.add(f.Path, f.Size, f.SHA256)
 			return nil
 		})
 		var dmg *kopiarepo.Damage
 		switch {
 		case errors.As(err, &dmg):
 			damaged = true
+			c.rememberRecord(bsl, v, nil)
 			code := securityv1.CodeVolumeDataCorrupt
 			if dmg.Missing {
 				code = securityv1.CodeVolumeDataMissing
@@ -210,9 +211,10 @@ func (c *Checker) readVolumes(ctx context.Context, vb *velerov1.Backup, bsl *vel
 		case err != nil:
 			return nil, c.storageError(bsl, fmt.Sprintf("reading kopia snapshot %s of %s", v.snapshot, v.name), err)
 		}
+		d.seal()
+		d.uid, d.gid = st.RootUID, st.RootGID
+		c.rememberRecord(bsl, v, d)
 		if digests != nil {
-			d.seal()
-			d.uid, d.gid = st.RootUID, st.RootGID
 			digests[v.snapshot] = d
 		}
 		snapshots++
