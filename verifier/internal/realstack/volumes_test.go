@@ -148,11 +148,16 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 	require.NoError(t, cl.Create(ctx, pvb))
 	object := "velero.io/PodVolumeBackup " + velerostack.Namespace + "/" + pvb.Name
 
+	bsl := &velerov1.BackupStorageLocation{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: velerostack.Namespace, Name: velerostack.BSLName}, bsl))
+
 	t.Run("every file of the volume's snapshot is read and verified", func(t *testing.T) {
 		h := newHarness(t)
 		run := veleroRun(t, "vd-ok", vb.Name, securityv1.ModeChecksumOnly, "")
 		h.finish(run)
 		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, run.Status.Message)
+		assert.True(t, h.velero().Remembers(bsl, ns, snap), "a snapshot read whole and sound is remembered, for a full-restore to compare with")
+		assert.False(t, h.velero().Remembers(bsl, "other", snap), "by its repository")
 		res := result(t, run)
 		assert.Equal(t, securityv1.SeverityInfo, res.Status.WorstSeverity, "%+v", res.Spec.Findings)
 		assert.ElementsMatch(t, []string{securityv1.CodeChecksumMatch, securityv1.CodeVolumeDataMatch}, codes(res.Spec.Findings))
@@ -300,11 +305,15 @@ func TestChecksumOnlyReadsVolumeData(t *testing.T) {
 	})
 
 	t.Run("one flipped byte in a pack of the repository is a critical finding naming the volume", func(t *testing.T) {
-		flipMiddleByte(t, largestPack(t, loc.Prefix))
-
 		h := newHarness(t)
+		before := veleroRun(t, "vd-before-flip", vb.Name, securityv1.ModeChecksumOnly, "")
+		h.finish(before)
+		require.True(t, h.velero().Remembers(bsl, ns, snap))
+
+		flipMiddleByte(t, largestPack(t, loc.Prefix))
 		run := veleroRun(t, "vd-flipped", vb.Name, securityv1.ModeChecksumOnly, "")
 		h.finish(run)
+		assert.False(t, h.velero().Remembers(bsl, ns, snap), "a snapshot found damaged is forgotten: the next full-restore reads it again")
 		require.Equal(t, securityv1.RunSucceeded, run.Status.Phase, "damage is a verdict, not a failed run: %s", run.Status.Message)
 		assert.Equal(t, securityv1.SeverityCritical, run.Status.WorstSeverity)
 		res := result(t, run)

@@ -89,3 +89,12 @@ func (c *Checker) recallRecord(bsl *velerov1.BackupStorageLocation, v volume) *t
 	defer c.mu.Unlock()
 	return c.records.recall(recordKey(bsl, v))
 }
+
+// Remembers tells whether the verifier remembers the record of kopia snapshot snapshot of the
+// repository of namespace ns in storage location bsl: read whole and found sound, and not found
+// damaged since.
+func (c *Checker) Remembers(bsl *velerov1.BackupStorageLocation, ns, snapshot string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.records.recall(recordKey(bsl, volume{namespace: ns, snapshot: snapshot})) != nil
+}
