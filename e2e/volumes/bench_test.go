@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -91,6 +92,7 @@ func benchFullRestore(b *testing.B, moved bool) {
 	for range b.N {
 		// The verification first: what it leaves in the page cache can only help the bare restore.
 		restores := e.watchRestores(b)
+		pvrs := e.watchVelero(b, schema.GroupVersionResource{Group: "velero.io", Version: "v1", Resource: "podvolumerestores"})
 		began := time.Now()
 		run, res := e.verifyRun(b, ns, "bench", securityv1.BackupVerifyRunSpec{Backend: securityv1.BackendVelero,
 			BackupRef: securityv1.BackupRef{Name: ns, Namespace: velerostack.Namespace}, Mode: securityv1.ModeFullRestore,
@@ -105,6 +107,7 @@ func benchFullRestore(b *testing.B, moved bool) {
 			for _, r := range restores.of(run) {
 				b.Logf("Restore %s: created %s, started %s, completed %s", r.GetName(), r.GetCreationTimestamp().Format(time.TimeOnly),
 					nestedString(r, "status", "startTimestamp"), nestedString(r, "status", "completionTimestamp"))
+				logVolumeRestores(b, pvrs, r.GetName())
 			}
 			b.Logf("run %s: created %s, completed %s", run.Name, run.CreationTimestamp.Format(time.TimeOnly), run.Status.CompletionTime.Format(time.TimeOnly))
 		}
@@ -133,6 +136,7 @@ func benchFullRestore(b *testing.B, moved bool) {
 		require.Equal(b, "Completed", phase)
 		b.Logf("bare Restore %s: created %s, started %s, completed %s", r.GetName(), r.GetCreationTimestamp().Format(time.TimeOnly),
 			nestedString(r, "status", "startTimestamp"), nestedString(r, "status", "completionTimestamp"))
+		logVolumeRestores(b, pvrs, r.GetName())
 		into := e.volumeDir(b, target, "data")
 		var size int64
 		for i := range files {
@@ -164,4 +168,17 @@ func (e *env) until(tb testing.TB, o *unstructured.Unstructured, ends ...string)
 		return slices.Contains(ends, got), nil
 	}), "%s %s/%s did not end", o.GetKind(), o.GetNamespace(), o.GetName())
 	return got
+}
+
+// logVolumeRestores logs when the node agent's restores of Velero Restore restore (its
+// PodVolumeRestores, as pvrs saw them) began and ended, by the API server's clock.
+func logVolumeRestores(b *testing.B, pvrs *restoreWatch, restore string) {
+	pvrs.mu.Lock()
+	defer pvrs.mu.Unlock()
+	for _, o := range pvrs.seen {
+		if o.GetLabels()["velero.io/restore-name"] == restore {
+			b.Logf("  PodVolumeRestore %s: created %s, started %s, completed %s", o.GetName(), o.GetCreationTimestamp().Format(time.TimeOnly),
+				nestedString(o, "status", "startTimestamp"), nestedString(o, "status", "completionTimestamp"))
+		}
+	}
 }
