@@ -11,7 +11,8 @@ import (
 
 // TestSnapshotRecordsAreRememberedByRepository: a record is recalled only for the same snapshot
 // in the same repository (store, bucket, prefix, namespace), only for a complete kopia record
-// stored where the location says, until it is forgotten; past RememberedRecords the oldest go.
+// stored where the location says, until it is forgotten; past RememberedRecords the least
+// recently used go.
 func TestSnapshotRecordsAreRememberedByRepository(t *testing.T) {
 	bsl := func(bucket, prefix string) *velerov1.BackupStorageLocation {
 		return &velerov1.BackupStorageLocation{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: velerov1.BackupStorageLocationSpec{
@@ -55,8 +56,7 @@ func TestSnapshotRecordsAreRememberedByRepository(t *testing.T) {
 	}
 	first, last := v, v
 	first.snapshot, last.snapshot = "s0", "s"+strconv.Itoa(RememberedRecords)
-	assert.Nil(t, c.recallRecord(here, first), "the oldest is forgotten past the bound")
+	assert.Nil(t, c.recallRecord(here, first), "the least recently used is forgotten past the bound")
 	assert.Same(t, d, c.recallRecord(here, last))
-	assert.Len(t, c.records.by, RememberedRecords)
-	assert.Len(t, c.records.order, RememberedRecords)
+	assert.Equal(t, RememberedRecords, c.records.get().Len())
 }

@@ -66,7 +66,7 @@ type Checker struct {
 	mu      sync.Mutex
 	clients map[[sha256.Size]byte]*http.Client
 	reads   map[types.UID]*repositoryRead // by run, read while Velero restores volume data
-	records records                       // of the snapshots read whole and found sound
+	records records                       // of the snapshots read whole and found sound (its own lock)
 }
 
 func backupNamespace(run *securityv1.BackupVerifyRun) string {
