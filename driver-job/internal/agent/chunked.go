@@ -718,6 +718,9 @@ type chunkSource struct {
 	zdec     *zstd.Decoder
 	hash     hash.Hash
 	plain    []byte
+	ahead    *windowRead // the window being read ahead, if one is
+	spare    []byte      // a buffer for the next read ahead
+	joined   []byte      // a chunk across windows
 }
 
 type sourcePack struct {
@@ -735,7 +738,7 @@ type packWindow struct {
 }
 
 // Bounds of a restore's reads from packs: windows of restoreWindow bytes, at most restoreWindows
-// of them kept.
+// of them kept and one more read ahead.
 const (
 	restoreWindow  = 4 << 20
 	restoreWindows = 4
@@ -757,7 +760,13 @@ func (a *Agent) newChunkSource(ctx context.Context, bucket string, versions *ver
 	return &chunkSource{a: a, ctx: ctx, bucket: bucket, versions: versions, zdec: zdec, hash: sha256.New(), plain: make([]byte, 0, chunker.MaxSize)}, nil
 }
 
-func (c *chunkSource) close() { c.zdec.Close() }
+func (c *chunkSource) close() {
+	if c.ahead != nil {
+		<-c.ahead.done
+		c.ahead = nil
+	}
+	c.zdec.Close()
+}
 
 // addPack reads a pack entry of the index.
 func (c *chunkSource) addPack(name string, r io.Reader) error {
@@ -893,53 +902,175 @@ func (c *chunkSource) chunk(ref chunkRef) ([]byte, error) {
 	return body, nil
 }
 
-// read returns n bytes of a pack at off, from a window it holds or a new one.
+// read returns n bytes of a pack at off. A pack is read in windows of restoreWindow bytes at
+// multiples of restoreWindow, the last restoreWindows of them kept; a chunk across windows is
+// copied out of them. While the caller works on a window, the next one is read (the same pack's
+// next window, or the next pack's first once a pack's last window is read), so the store's
+// latency overlaps the decrypting, hashing and writing of what came before.
 func (c *chunkSource) read(pack int, off int64, n int) ([]byte, error) {
-	for i, w := range c.windows {
-		if w.pack == pack && off >= w.off && off+int64(n) <= w.off+int64(len(w.data)) {
-			c.windows = append(append(c.windows[:i:i], c.windows[i+1:]...), w)
-			return w.data[off-w.off : off-w.off+int64(n)], nil
-		}
-	}
-	p := c.packs[pack]
-	if !p.looked {
-		v, err := c.versions.written(p.key)
+	first := off / restoreWindow
+	last := (off + int64(max(n, 1)) - 1) / restoreWindow
+	if first == last {
+		w, err := c.window(pack, first)
 		if err != nil {
 			return nil, err
 		}
-		p.version, p.looked = v, true
+		at := off - w.off
+		if int64(len(w.data)) < at+int64(n) {
+			return nil, c.shortPack(pack, off, n, w)
+		}
+		return w.data[at : at+int64(n)], nil
 	}
-	opts := minio.GetObjectOptions{VersionID: p.version}
-	if err := opts.SetRange(off, off+int64(max(n, restoreWindow))-1); err != nil {
-		return nil, err
+	c.joined = c.joined[:0]
+	for k := first; k <= last; k++ {
+		w, err := c.window(pack, k)
+		if err != nil {
+			return nil, err
+		}
+		from, to := max(off-w.off, 0), min(off+int64(n)-w.off, int64(len(w.data)))
+		if from > to {
+			from = to
+		}
+		c.joined = append(c.joined, w.data[from:to]...)
+		if len(w.data) < restoreWindow && k < last {
+			break
+		}
 	}
-	obj, err := c.a.S3.GetObject(c.ctx, c.bucket, p.key, opts)
-	if err != nil {
-		return nil, fmt.Errorf("reading pack %s: %w", p.key, err)
+	if len(c.joined) < n {
+		return nil, &chunkDamage{fmt.Sprintf("pack %s ends %d bytes into the %d-byte chunk at %d", c.packs[pack].key, len(c.joined), n, off)}
 	}
-	defer obj.Close()
+	return c.joined, nil
+}
+
+func (c *chunkSource) shortPack(pack int, off int64, n int, w *packWindow) error {
+	return &chunkDamage{fmt.Sprintf("pack %s ends %d bytes into the %d-byte chunk at %d", c.packs[pack].key, max(w.off+int64(len(w.data))-off, 0), n, off)}
+}
+
+// window returns the k-th window of a pack: held, read ahead, or read now. It starts the read of
+// the window after it.
+func (c *chunkSource) window(pack int, k int64) (*packWindow, error) {
+	off := k * restoreWindow
+	for i, w := range c.windows {
+		if w.pack == pack && w.off == off {
+			c.windows = append(append(c.windows[:i:i], c.windows[i+1:]...), w)
+			return w, nil
+		}
+	}
 	var w *packWindow
 	if len(c.windows) >= restoreWindows {
 		w, c.windows = c.windows[0], c.windows[1:]
 	} else {
 		w = &packWindow{}
 	}
-	w.pack, w.off = pack, off
-	buf := bytes.NewBuffer(w.data[:0])
-	_, err = buf.ReadFrom(obj)
-	w.data = buf.Bytes()
-	if err != nil {
-		w.data = w.data[:0]
-		if code := minio.ToErrorResponse(err).Code; code == minio.NoSuchKey || code == "InvalidRange" {
-			return nil, &chunkDamage{fmt.Sprintf("pack %s has no bytes at %d: %s", p.key, off, code)}
+	if f := c.ahead; f != nil && f.pack == pack && f.off == off {
+		<-f.done
+		c.ahead = nil
+		if f.err == nil {
+			w.data, f.data = f.data, w.data[:0]
+			c.spare = f.data
+		} else {
+			w.data = w.data[:0] // read again below: a fault of the read ahead is not the pack's
 		}
-		return nil, fmt.Errorf("reading pack %s: %w", p.key, err)
+	} else {
+		w.data = w.data[:0]
+		if f != nil { // another window was read ahead: dropped once read
+			select {
+			case <-f.done:
+				c.ahead, c.spare = nil, f.data[:0]
+			default:
+			}
+		}
+	}
+	w.pack, w.off = pack, off
+	if len(w.data) == 0 {
+		var err error
+		if w.data, err = c.fetch(pack, off, w.data); err != nil {
+			w.data = w.data[:0]
+			c.windows = append(c.windows, w)
+			w.pack = -1
+			if code := minio.ToErrorResponse(err).Code; code == minio.NoSuchKey || code == "InvalidRange" {
+				return nil, &chunkDamage{fmt.Sprintf("pack %s has no bytes at %d: %s", c.packs[pack].key, off, code)}
+			}
+			return nil, fmt.Errorf("reading pack %s: %w", c.packs[pack].key, err)
+		}
 	}
 	c.windows = append(c.windows, w)
-	if len(w.data) < n {
-		return nil, &chunkDamage{fmt.Sprintf("pack %s ends %d bytes into the %d-byte chunk at %d", p.key, len(w.data), n, off)}
+	switch {
+	case len(w.data) == restoreWindow:
+		c.readAhead(pack, off+restoreWindow)
+	case pack+1 < len(c.packs):
+		c.readAhead(pack+1, 0)
 	}
-	return w.data[:n], nil
+	return w, nil
+}
+
+// fetch reads the window of a pack at off into buf.
+func (c *chunkSource) fetch(pack int, off int64, buf []byte) ([]byte, error) {
+	if err := c.look(pack); err != nil {
+		return buf, err
+	}
+	return c.get(c.ctx, c.packs[pack].key, c.packs[pack].version, off, buf)
+}
+
+// look finds the version of a pack that a restore reads (versionReader), once.
+func (c *chunkSource) look(pack int) error {
+	p := c.packs[pack]
+	if !p.looked {
+		v, err := c.versions.written(p.key)
+		if err != nil {
+			return err
+		}
+		p.version, p.looked = v, true
+	}
+	return nil
+}
+
+func (c *chunkSource) get(ctx context.Context, key, version string, off int64, buf []byte) ([]byte, error) {
+	opts := minio.GetObjectOptions{VersionID: version}
+	if err := opts.SetRange(off, off+restoreWindow-1); err != nil {
+		return buf, err
+	}
+	obj, err := c.a.S3.GetObject(ctx, c.bucket, key, opts)
+	if err != nil {
+		return buf, err
+	}
+	defer obj.Close()
+	b := bytes.NewBuffer(buf[:0])
+	_, err = b.ReadFrom(obj)
+	return b.Bytes(), err
+}
+
+// readAhead starts reading a window unless one is being read, the window is held, or the pack's
+// version cannot be found now (the read on demand will say why).
+func (c *chunkSource) readAhead(pack int, off int64) {
+	if c.ahead != nil {
+		return
+	}
+	for _, w := range c.windows {
+		if w.pack == pack && w.off == off {
+			return
+		}
+	}
+	if c.look(pack) != nil {
+		return
+	}
+	f := &windowRead{pack: pack, off: off, done: make(chan struct{})}
+	c.ahead = f
+	key, version, buf := c.packs[pack].key, c.packs[pack].version, c.spare
+	c.spare = nil
+	go func() {
+		defer close(f.done)
+		f.data, f.err = c.get(c.ctx, key, version, off, buf)
+	}()
+}
+
+// windowRead is a window being read ahead.
+type windowRead struct {
+	pack int
+	off  int64
+	done chan struct{}
+	data []byte
+	err  error
 }
 
 // openPackKey unwraps a pack's key.

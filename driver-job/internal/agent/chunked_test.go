@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -497,4 +498,53 @@ func TestChunkedLargeFile(t *testing.T) {
 			t.Errorf("the failed backup left %s", k)
 		}
 	}
+}
+
+// TestChunkedRestoreAcrossWindows: with packs larger than a restore's window, chunks that lie
+// across windows, and packs that follow each other, restore byte for byte; a pack cut short in
+// its second window fails the restore as damage, naming the pack, and restores nothing.
+func TestChunkedRestoreAcrossWindows(t *testing.T) {
+	ctx := context.Background()
+	bucket := newBucket(t)
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(31, 1))
+	writeRandom(t, filepath.Join(dir, "big"), 3*DefaultPackSize, rng) // chunks of up to 8 MiB
+	for i := range 40 {
+		writeRandom(t, filepath.Join(dir, "small", fmt.Sprintf("f-%02d", i)), 300<<10, rng)
+	}
+	want := snapshot(t, dir)
+	a := chunkedAgent(t, io.Discard)
+	a.PackSize = 0 // the default, twice a window
+	r, err := a.Backup(ctx, dir, bucket, "ns/backup.tar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	packs := objectsBelow(t, bucket, "ns/.coffer/packs/")
+	if len(packs) < 3 {
+		t.Fatalf("%d packs; want several", len(packs))
+	}
+	assertSameTree(t, want, restoreInto(t, a, r))
+
+	var cut string
+	var whole []byte
+	for k := range packs {
+		if b := readObject(t, bucket, k); len(b) > restoreWindow+restoreWindow/2 {
+			cut, whole = k, b
+			break
+		}
+	}
+	if cut == "" {
+		t.Fatal("no pack reaches into a second window")
+	}
+	overwrite(t, bucket, cut, whole[:restoreWindow+restoreWindow/2])
+	target := t.TempDir()
+	was := snapshot(t, target)
+	_, err = a.Restore(ctx, target, Artifact{Bucket: bucket, Key: "ns/backup.tar", Checksum: r.Checksum, SizeBytes: r.SizeBytes})
+	var d *chunkDamage
+	if !errors.As(err, &d) || !strings.Contains(err.Error(), cut) || !strings.Contains(err.Error(), "nothing was restored") {
+		t.Errorf("restore with a pack cut short: %v; want damage naming %s, nothing restored", err, cut)
+	}
+	assertSameTree(t, was, snapshot(t, target))
+	overwrite(t, bucket, cut, whole)
+	assertSameTree(t, want, restoreInto(t, a, r))
 }
