@@ -416,6 +416,7 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 	restoreKey := client.ObjectKey{Namespace: vb.Namespace, Name: RestoreName(run)}
 	inFlight := &velerov1.Restore{}
 	err = c.Reader.Get(ctx, restoreKey, inFlight)
+	first := apierrors.IsNotFound(err)
 	switch {
 	case err == nil && inFlight.Labels[securityv1.LabelRunUID] == string(run.UID) &&
 		(!restoreTerminal(inFlight.Status.Phase) || !inFlight.DeletionTimestamp.IsZero()):
@@ -442,6 +443,12 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 			return out, sandbox.Refused(&out, *refused)
 		}
 		return out, err
+	}
+	if first {
+		// Velero runs one Restore at a time and holds it until its volumes' data is written: the
+		// volume Restore goes first, so the data (most of the time) does not wait for the objects,
+		// and the objects' Restore (about a second) runs beside the readers of the restored data.
+		c.startVolumes(ctx, run, vb, bsl, objects, sources)
 	}
 	vr, err := c.ensureRestore(ctx, run, vb, sources, mapping)
 	if err != nil {
