@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	mrand "math/rand/v2"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -910,14 +911,14 @@ func (c *chunkSource) chunk(ref chunkRef) ([]byte, error) {
 func (c *chunkSource) read(pack int, off int64, n int) ([]byte, error) {
 	first := off / restoreWindow
 	last := (off + int64(max(n, 1)) - 1) / restoreWindow
-	if first == last {
+	if first == last { // most chunks: a slice of one window, no copy
 		w, err := c.window(pack, first)
 		if err != nil {
 			return nil, err
 		}
 		at := off - w.off
-		if int64(len(w.data)) < at+int64(n) {
-			return nil, c.shortPack(pack, off, n, w)
+		if have := int64(len(w.data)) - at; have < int64(n) {
+			return nil, c.shortPack(pack, off, n, max(have, 0))
 		}
 		return w.data[at : at+int64(n)], nil
 	}
@@ -928,33 +929,34 @@ func (c *chunkSource) read(pack int, off int64, n int) ([]byte, error) {
 			return nil, err
 		}
 		from, to := max(off-w.off, 0), min(off+int64(n)-w.off, int64(len(w.data)))
-		if from > to {
-			from = to
-		}
-		c.joined = append(c.joined, w.data[from:to]...)
-		if len(w.data) < restoreWindow && k < last {
-			break
+		c.joined = append(c.joined, w.data[min(from, to):to]...)
+		if len(w.data) < restoreWindow {
+			break // the pack's end
 		}
 	}
 	if len(c.joined) < n {
-		return nil, &chunkDamage{fmt.Sprintf("pack %s ends %d bytes into the %d-byte chunk at %d", c.packs[pack].key, len(c.joined), n, off)}
+		return nil, c.shortPack(pack, off, n, int64(len(c.joined)))
 	}
 	return c.joined, nil
 }
 
-func (c *chunkSource) shortPack(pack int, off int64, n int, w *packWindow) error {
-	return &chunkDamage{fmt.Sprintf("pack %s ends %d bytes into the %d-byte chunk at %d", c.packs[pack].key, max(w.off+int64(len(w.data))-off, 0), n, off)}
+func (c *chunkSource) shortPack(pack int, off int64, n int, have int64) error {
+	return &chunkDamage{fmt.Sprintf("pack %s ends %d bytes into the %d-byte chunk at %d", c.packs[pack].key, have, n, off)}
+}
+
+// held is the index of the window of a pack at off among those held, or -1.
+func (c *chunkSource) held(pack int, off int64) int {
+	return slices.IndexFunc(c.windows, func(w *packWindow) bool { return w.pack == pack && w.off == off })
 }
 
 // window returns the k-th window of a pack: held, read ahead, or read now. It starts the read of
 // the window after it.
 func (c *chunkSource) window(pack int, k int64) (*packWindow, error) {
 	off := k * restoreWindow
-	for i, w := range c.windows {
-		if w.pack == pack && w.off == off {
-			c.windows = append(append(c.windows[:i:i], c.windows[i+1:]...), w)
-			return w, nil
-		}
+	if i := c.held(pack, off); i >= 0 {
+		w := c.windows[i]
+		c.windows = append(append(c.windows[:i:i], c.windows[i+1:]...), w)
+		return w, nil
 	}
 	var w *packWindow
 	if len(c.windows) >= restoreWindows {
@@ -962,18 +964,15 @@ func (c *chunkSource) window(pack int, k int64) (*packWindow, error) {
 	} else {
 		w = &packWindow{}
 	}
-	if f := c.ahead; f != nil && f.pack == pack && f.off == off {
-		<-f.done
-		c.ahead = nil
-		if f.err == nil {
-			w.data, f.data = f.data, w.data[:0]
-			c.spare = f.data
-		} else {
-			w.data = w.data[:0] // read again below: a fault of the read ahead is not the pack's
-		}
-	} else {
-		w.data = w.data[:0]
-		if f != nil { // another window was read ahead: dropped once read
+	w.pack, w.off, w.data = pack, off, w.data[:0]
+	if f := c.ahead; f != nil {
+		if f.pack == pack && f.off == off {
+			<-f.done
+			c.ahead = nil
+			if f.err == nil { // else read again below: a fault of the read ahead is not the pack's
+				w.data, c.spare = f.data, w.data
+			}
+		} else { // another window was read ahead: dropped once read
 			select {
 			case <-f.done:
 				c.ahead, c.spare = nil, f.data[:0]
@@ -981,13 +980,12 @@ func (c *chunkSource) window(pack int, k int64) (*packWindow, error) {
 			}
 		}
 	}
-	w.pack, w.off = pack, off
 	if len(w.data) == 0 {
-		var err error
-		if w.data, err = c.fetch(pack, off, w.data); err != nil {
-			w.data = w.data[:0]
-			c.windows = append(c.windows, w)
-			w.pack = -1
+		err := c.look(pack)
+		if err == nil {
+			w.data, err = c.get(c.ctx, c.packs[pack].key, c.packs[pack].version, off, w.data)
+		}
+		if err != nil {
 			if code := minio.ToErrorResponse(err).Code; code == minio.NoSuchKey || code == "InvalidRange" {
 				return nil, &chunkDamage{fmt.Sprintf("pack %s has no bytes at %d: %s", c.packs[pack].key, off, code)}
 			}
@@ -1004,14 +1002,6 @@ func (c *chunkSource) window(pack int, k int64) (*packWindow, error) {
 	return w, nil
 }
 
-// fetch reads the window of a pack at off into buf.
-func (c *chunkSource) fetch(pack int, off int64, buf []byte) ([]byte, error) {
-	if err := c.look(pack); err != nil {
-		return buf, err
-	}
-	return c.get(c.ctx, c.packs[pack].key, c.packs[pack].version, off, buf)
-}
-
 // look finds the version of a pack that a restore reads (versionReader), once.
 func (c *chunkSource) look(pack int) error {
 	p := c.packs[pack]
@@ -1025,6 +1015,7 @@ func (c *chunkSource) look(pack int) error {
 	return nil
 }
 
+// get reads the window of a pack's version at off into buf.
 func (c *chunkSource) get(ctx context.Context, key, version string, off int64, buf []byte) ([]byte, error) {
 	opts := minio.GetObjectOptions{VersionID: version}
 	if err := opts.SetRange(off, off+restoreWindow-1); err != nil {
@@ -1043,15 +1034,7 @@ func (c *chunkSource) get(ctx context.Context, key, version string, off int64, b
 // readAhead starts reading a window unless one is being read, the window is held, or the pack's
 // version cannot be found now (the read on demand will say why).
 func (c *chunkSource) readAhead(pack int, off int64) {
-	if c.ahead != nil {
-		return
-	}
-	for _, w := range c.windows {
-		if w.pack == pack && w.off == off {
-			return
-		}
-	}
-	if c.look(pack) != nil {
+	if c.ahead != nil || c.held(pack, off) >= 0 || c.look(pack) != nil {
 		return
 	}
 	f := &windowRead{pack: pack, off: off, done: make(chan struct{})}

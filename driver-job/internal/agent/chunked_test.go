@@ -509,9 +509,7 @@ func TestChunkedRestoreAcrossWindows(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(31, 1))
 	writeRandom(t, filepath.Join(dir, "big"), 3*DefaultPackSize, rng) // chunks of up to 8 MiB
-	for i := range 40 {
-		writeRandom(t, filepath.Join(dir, "small", fmt.Sprintf("f-%02d", i)), 300<<10, rng)
-	}
+	randomFiles(t, dir, 40, 300<<10, 32) // their directory's time set: tar keeps whole seconds
 	want := snapshot(t, dir)
 	a := chunkedAgent(t, io.Discard)
 	a.PackSize = 0 // the default, twice a window

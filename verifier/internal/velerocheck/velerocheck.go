@@ -475,7 +475,9 @@ func (c *Checker) FullRestore(ctx context.Context, run *securityv1.BackupVerifyR
 		return out, nil
 	default:
 		out.Done = false
-		c.startVolumes(ctx, run, vb, bsl, objects, sources)
+		if !first { // started above otherwise
+			c.startVolumes(ctx, run, vb, bsl, objects, sources)
+		}
 		return out, nil
 	}
 	out.RestoreTook(vr.CreationTimestamp, vr.Status.CompletionTimestamp)
