@@ -509,7 +509,8 @@ func TestChunkedRestoreAcrossWindows(t *testing.T) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(31, 1))
 	writeRandom(t, filepath.Join(dir, "big"), 3*DefaultPackSize, rng) // chunks of up to 8 MiB
-	randomFiles(t, dir, 40, 300<<10, 32) // their directory's time set: tar keeps whole seconds
+	// Small files, their directory's time set (tar keeps whole seconds for directories).
+	randomFiles(t, dir, 40, 300<<10, 32)
 	want := snapshot(t, dir)
 	a := chunkedAgent(t, io.Discard)
 	a.PackSize = 0 // the default, twice a window
